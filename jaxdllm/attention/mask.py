@@ -1,0 +1,131 @@
+"""Structured attention masks: a small description instead of an `[Lq, Lk]` matrix.
+
+Indices are *physical* positions in the key/value sequence: query row `i` sits at physical
+index `q_offset + i` (queries offset into a cached prefix), key column `j` at index `j`.
+RoPE positions are separate (the model takes explicit `positions`), so left padding or the
+block-diffusion `[x_t; x_0]` layout never changes the mask rules.
+
+Kinds (see `../shared/reference/algorithms.md` §5 and §7):
+  * `bidirectional`: every key is visible.
+  * `causal`: key j is visible to query i iff j <= i.
+  * `block_causal`: iff j // block_size <= i // block_size.
+  * `block_diffusion`: BD3-LM training on `[x_t ; x_0]` with `n = Lk // 2`, block of index
+    p is `(p mod n) // block_size`; visible iff (same half and same block) or (q in x_t,
+    k in x_0, block(q) > block(k)) or (both in x_0, block(q) >= block(k)).
+  * `jacobi_forcing`: `prompt ++ [noisy_0 | clean_0 | noisy_1 | clean_1 | ...]`, blocks of
+    `block_size`, prompt length `prefix_len`; the prompt is causal; a block token sees the
+    whole prompt, earlier blocks of its own stream and, inside its block, itself and earlier
+    tokens; nothing crosses between the noisy and the clean stream.
+
+Segment ids (optional, `[B, Lq]` and `[B, Lk]`) further restrict visibility to equal ids. Use
+0 for padding: real tokens (ids >= 1) never see padding keys; padding queries see only
+padding keys, so their rows stay finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing"]
+MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing")
+_NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing")
+
+
+@struct.dataclass
+class MaskSpec:
+    """Which keys each query may attend to.
+
+    Attributes:
+      kind: one of `MASK_KINDS` (static).
+      block_size: block length for the block kinds (static).
+      q_offset: physical index of the first query in the key sequence; int or traced int32
+        scalar (a sampler step over a cache).
+      prefix_len: prompt length for `jacobi_forcing`; int, scalar or `[B]` int32.
+      q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
+      kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
+    """
+
+    kind: str = struct.field(pytree_node=False, default="bidirectional")
+    block_size: int | None = struct.field(pytree_node=False, default=None)
+    q_offset: jax.Array | int = 0
+    prefix_len: jax.Array | int = 0
+    q_segment_ids: jax.Array | None = None
+    kv_segment_ids: jax.Array | None = None
+
+    def __post_init__(self):
+        if self.kind not in MASK_KINDS:
+            raise ValueError(f"mask kind must be one of {MASK_KINDS}, got {self.kind!r}")
+        if self.kind in _NEEDS_BLOCK and (self.block_size is None or self.block_size <= 0):
+            raise ValueError(f"mask kind {self.kind!r} needs a positive block_size")
+
+    def replace(self, **changes) -> "MaskSpec":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_padding(cls, attention_mask: jax.Array, kind: str = "bidirectional",
+                     block_size: int | None = None) -> "MaskSpec":
+        """From an HF-style `[B, L]` 0/1 mask (1 = real token) over the same queries and keys."""
+        seg = jnp.asarray(attention_mask, jnp.int32)
+        return cls(kind=kind, block_size=block_size, q_segment_ids=seg, kv_segment_ids=seg)
+
+    # -- the rule, elementwise on broadcastable physical indices --------------------------------
+    def visible(self, q_idx: jax.Array, k_idx: jax.Array) -> jax.Array:
+        """Structural visibility (no segment ids) for physical indices; broadcasting bool.
+
+        `q_idx` and `k_idx` are int arrays that broadcast against each other (e.g. `[Lq, 1]`
+        and `[1, Lk]`), or against `[B, 1, 1]` when `prefix_len` is per row.
+        """
+        bs = self.block_size
+        if self.kind == "bidirectional":
+            return jnp.ones(jnp.broadcast_shapes(jnp.shape(q_idx), jnp.shape(k_idx)), bool)
+        if self.kind == "causal":
+            return k_idx <= q_idx
+        if self.kind == "block_causal":
+            return k_idx // bs <= q_idx // bs
+        if self.kind == "block_diffusion":
+            raise ValueError("block_diffusion visibility needs the half length; use dense()")
+        # jacobi_forcing
+        p = self.prefix_len
+        q_prompt, k_prompt = q_idx < p, k_idx < p
+        qr, kr = q_idx - p, k_idx - p
+        same_stream = (qr // bs) % 2 == (kr // bs) % 2
+        q_blk, k_blk = qr // (2 * bs), kr // (2 * bs)
+        in_order = (k_blk < q_blk) | ((k_blk == q_blk) & (kr % bs <= qr % bs))
+        return (k_prompt & (k_idx <= q_idx)) | (~q_prompt & ~k_prompt & same_stream & in_order)
+
+    def _block_diffusion_visible(self, q_idx, k_idx, n):
+        bs = self.block_size
+        q_clean, k_clean = q_idx >= n, k_idx >= n
+        q_blk, k_blk = (q_idx % n) // bs, (k_idx % n) // bs
+        same = (q_clean == k_clean) & (q_blk == k_blk)
+        noisy_sees_clean = ~q_clean & k_clean & (q_blk > k_blk)
+        clean_causal = q_clean & k_clean & (q_blk >= k_blk)
+        return same | noisy_sees_clean | clean_causal
+
+    def dense(self, q_len: int, kv_len: int) -> jax.Array:
+        """The mask as a boolean `[B or 1, q_len, kv_len]` array (True = may attend)."""
+        q_idx = (jnp.asarray(self.q_offset, jnp.int32) + jnp.arange(q_len, dtype=jnp.int32))[:, None]
+        k_idx = jnp.arange(kv_len, dtype=jnp.int32)[None, :]
+        if self.kind == "block_diffusion":
+            if kv_len % 2:
+                raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
+            mask = self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)[None]
+        elif self.kind == "jacobi_forcing" and jnp.ndim(self.prefix_len) == 1:
+            per_row = self.replace(prefix_len=jnp.asarray(self.prefix_len)[:, None, None])
+            mask = per_row.visible(q_idx[None], k_idx[None])
+        else:
+            mask = self.visible(q_idx, k_idx)[None]
+        if self.q_segment_ids is not None or self.kv_segment_ids is not None:
+            if self.q_segment_ids is None or self.kv_segment_ids is None:
+                raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+            qs, ks = jnp.asarray(self.q_segment_ids), jnp.asarray(self.kv_segment_ids)
+            if qs.shape[-1] != q_len or ks.shape[-1] != kv_len:
+                raise ValueError(
+                    f"segment ids {qs.shape} / {ks.shape} do not match q_len {q_len} / kv_len {kv_len}")
+            mask = mask & (qs[:, :, None] == ks[:, None, :])
+        return mask

@@ -1,0 +1,8 @@
+"""Model definitions: config + presets, the NNX transformer, the K/V cache."""
+
+from jaxdllm.models.cache import KVCache
+from jaxdllm.models.config import PRESETS, ConfigError, ModelConfig, RopeScaling
+from jaxdllm.models.transformer import Transformer, align_logits
+
+__all__ = ["PRESETS", "ConfigError", "KVCache", "ModelConfig", "RopeScaling", "Transformer",
+           "align_logits"]

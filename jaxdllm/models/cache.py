@@ -1,0 +1,58 @@
+"""Key/value cache shared by every sampler.
+
+One structure serves all the published cache schemes, because a step is always "write this
+step's K/V at a contiguous physical offset, then attend to every cached slot under a mask":
+
+* exact KV cache (causal decoding, Jacobi decoding, finished block-causal blocks): write at
+  the current end; slots not yet written have segment id 0 and are invisible to real tokens;
+  `truncate` drops the K/V of rejected tokens.
+* Fast-dLLM prefix cache: a full-canvas forward fills every slot; later steps feed
+  `x[:, block_start:]` at offset `block_start`, overwriting the block and what follows.
+* Fast-dLLM dual cache: as above but a step feeds only the current block and overwrites its
+  slots; prefix and suffix K/V stay as cached.
+
+Keys are cached after RoPE. The schemes above never move a token to another position, so
+this equals the published pre-RoPE caching.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxdllm.models.config import ModelConfig
+
+
+@struct.dataclass
+class KVCache:
+    """Per-layer K/V slots.
+
+    Attributes:
+      k, v: tuples of `num_layers` arrays `[B, S, Hkv, Dh]`.
+      segment_ids: `[B, S]` int32, the segment id of the token in each slot; 0 = empty/padding.
+    """
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    segment_ids: jax.Array
+
+    @classmethod
+    def init(cls, config: ModelConfig, batch_size: int, max_length: int, dtype=None) -> "KVCache":
+        """An empty cache of `max_length` slots per row, in `dtype` (default: compute dtype)."""
+        dtype = config.jnp_dtype if dtype is None else dtype
+        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+        return cls(k=zeros, v=zeros, segment_ids=jnp.zeros((batch_size, max_length), jnp.int32))
+
+    @property
+    def max_length(self) -> int:
+        return self.segment_ids.shape[1]
+
+    def truncate(self, length: jax.Array | int) -> "KVCache":
+        """Mark slots at index >= `length` (scalar or `[B]`) empty; their K/V become invisible."""
+        length = jnp.asarray(length, jnp.int32)
+        if length.ndim == 1:
+            length = length[:, None]
+        keep = jnp.arange(self.max_length, dtype=jnp.int32)[None, :] < length
+        return self.replace(segment_ids=jnp.where(keep, self.segment_ids, 0))

@@ -1,0 +1,259 @@
+"""`ModelConfig`: one validated dataclass for LLaDA, Dream, Qwen2, Llama and block-diffusion models.
+
+Presets carry the published sizes (see `../shared/reference/architectures.md`); tiny presets
+exist for tests. A config is immutable and hashable, so it can be a static jit argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import jax.numpy as jnp
+
+AttentionMode = Literal["bidirectional", "causal", "block_causal"]
+ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
+# Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names.
+CHECKPOINT_FORMATS = ("llada", "hf")
+DTYPES = ("float32", "bfloat16", "float16")
+ROPE_SCALING_TYPES = ("llama3", "linear")
+
+
+class ConfigError(ValueError):
+    """A model or sampler configuration that cannot work; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """RoPE frequency scaling.
+
+    `llama3` (Llama 3.1+): frequencies with wavelength above
+    `original_max_position / low_freq_factor` are divided by `factor`, those below
+    `original_max_position / high_freq_factor` are kept, in between they are interpolated.
+    `linear`: positions are divided by `factor`.
+    """
+
+    type: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    def __post_init__(self):
+        if self.type not in ROPE_SCALING_TYPES:
+            raise ConfigError(
+                f"rope_scaling type {self.type!r} is not supported; use one of {ROPE_SCALING_TYPES}")
+        if self.factor <= 0:
+            raise ConfigError(f"rope_scaling factor must be > 0, got {self.factor}")
+        if self.type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ConfigError("rope_scaling: high_freq_factor must exceed low_freq_factor")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape, numerics and special tokens of a jaxdllm `Transformer`.
+
+    Attributes:
+      vocab_size: rows of the embedding table (LLaDA: `embedding_size`).
+      embed_dim: model width D.
+      num_layers, num_heads, num_kv_heads, head_dim: attention shape; `num_heads` must be a
+        multiple of `num_kv_heads` (grouped-query attention).
+      mlp_dim: SwiGLU hidden width.
+      attention: default attention over the whole sequence: `bidirectional` (LLaDA, Dream),
+        `causal` (Qwen2, Llama) or `block_causal` (block diffusion; needs `block_size`).
+      block_size: block length for `block_causal` attention.
+      qkv_bias / out_bias / mlp_bias: biases on q/k/v, the attention output, the MLP.
+      tie_embeddings: logits use the transposed embedding table (no separate LM head).
+      shift_logits: the logit at position i-1 predicts token i (Dream, Fast-dLLM v2). The
+        model returns raw logits either way; samplers and losses read this flag.
+      rope_theta, rope_scaling: rotary embedding base and optional frequency scaling.
+      norm_eps: RMSNorm epsilon.
+      max_position: longest sequence (prompt + generation) the model supports.
+      param_dtype: storage dtype of parameters; dtype: compute dtype of matmuls.
+        Norms, RoPE and softmax always run in float32.
+      mask_token_id, eos_token_id, eot_token_id, pad_token_id, bos_token_id: special ids.
+      checkpoint_format: `llada` or `hf` (Qwen2/Llama tensor names).
+      model_type: the `model_type` written to config.json on export.
+      attention_impl: attention implementation, see `jaxdllm.attention.IMPLEMENTATIONS`.
+      source_config: the config.json this came from; keys we do not model are written back.
+    """
+
+    vocab_size: int
+    embed_dim: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mlp_dim: int
+    attention: AttentionMode = "causal"
+    block_size: int | None = None
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    tie_embeddings: bool = False
+    shift_logits: bool = False
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    norm_eps: float = 1e-6
+    max_position: int = 4096
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    mask_token_id: int | None = None
+    eos_token_id: int | None = None
+    eot_token_id: int | None = None
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    checkpoint_format: str = "hf"
+    model_type: str = "llama"
+    attention_impl: str = "auto"
+    source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "mlp_dim", "max_position"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads}) for grouped-query attention")
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.attention not in ATTENTION_MODES:
+            raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
+        if self.attention == "block_causal":
+            if not self.block_size or self.block_size <= 0:
+                raise ConfigError("attention='block_causal' needs a positive block_size")
+        elif self.block_size is not None and self.block_size <= 0:
+            raise ConfigError(f"block_size must be positive, got {self.block_size}")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
+        if self.checkpoint_format not in CHECKPOINT_FORMATS:
+            raise ConfigError(
+                f"checkpoint_format must be one of {CHECKPOINT_FORMATS}, got {self.checkpoint_format!r}")
+        if self.rope_theta <= 0 or self.norm_eps <= 0:
+            raise ConfigError("rope_theta and norm_eps must be positive")
+        for name in ("mask_token_id", "eos_token_id", "eot_token_id", "pad_token_id", "bos_token_id"):
+            tid = getattr(self, name)
+            if tid is not None and not 0 <= tid < self.vocab_size:
+                raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
+        from jaxdllm.attention import IMPLEMENTATIONS  # local: attention imports nothing from models
+
+        if self.attention_impl not in IMPLEMENTATIONS:
+            raise ConfigError(
+                f"attention_impl must be one of {IMPLEMENTATIONS}, got {self.attention_impl!r}")
+
+    # -- derived ------------------------------------------------------------------------------
+    @property
+    def jnp_param_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def num_params(self) -> int:
+        d, h, kv, hd, m, v = (self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim,
+                              self.mlp_dim, self.vocab_size)
+        attn = d * hd * (h + 2 * kv) + h * hd * d
+        attn += (h + 2 * kv) * hd * self.qkv_bias + d * self.out_bias
+        mlp = 3 * d * m + (2 * m + d) * self.mlp_bias
+        per_layer = attn + mlp + 2 * d
+        return self.num_layers * per_layer + v * d * (1 if self.tie_embeddings else 2) + d
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """A copy with `changes` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- serialisation (jaxdllm's own format; HF config.json lives in checkpoint/hf_config.py) ---
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source_config"}
+        if self.rope_scaling is not None:
+            out["rope_scaling"] = dataclasses.asdict(self.rope_scaling)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown ModelConfig fields {unknown}")
+        data = dict(data)
+        if isinstance(data.get("rope_scaling"), dict):
+            data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+        """A published (or tiny test) configuration by name, with field overrides."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+
+_LLADA_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
+                  pad_token_id=126081, bos_token_id=126080)
+_QWEN_IDS = dict(eos_token_id=151643, pad_token_id=151643, bos_token_id=151643)
+
+PRESETS: dict[str, ModelConfig] = {
+    # LLaDA-8B-Base / -Instruct (GSAI-ML/LLaDA-8B-*).
+    "llada-8b": ModelConfig(
+        vocab_size=126464, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=32,
+        head_dim=128, mlp_dim=12288, attention="bidirectional", rope_theta=500000.0,
+        norm_eps=1e-5, max_position=4096, param_dtype="bfloat16", dtype="bfloat16",
+        checkpoint_format="llada", model_type="llada", **_LLADA_IDS),
+    # Dream-v0-Base/Instruct-7B: bidirectional Qwen2 with token-shifted logits.
+    "dream-7b": ModelConfig(
+        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
+        head_dim=128, mlp_dim=18944, attention="bidirectional", qkv_bias=True,
+        shift_logits=True, rope_theta=1e6, norm_eps=1e-6, max_position=131072,
+        param_dtype="bfloat16", dtype="bfloat16", model_type="Dream",
+        mask_token_id=151666, **_QWEN_IDS),
+    # Qwen2.5-7B(-Instruct); the Instruct model stops at <|im_end|> (151645).
+    "qwen2.5-7b": ModelConfig(
+        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
+        head_dim=128, mlp_dim=18944, attention="causal", qkv_bias=True, rope_theta=1e6,
+        norm_eps=1e-6, max_position=32768, param_dtype="bfloat16", dtype="bfloat16",
+        model_type="qwen2", eot_token_id=151645, **_QWEN_IDS),
+    # Meta-Llama-3-8B shape.
+    "llama-3-8b": ModelConfig(
+        vocab_size=128256, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+        head_dim=128, mlp_dim=14336, attention="causal", rope_theta=500000.0, norm_eps=1e-5,
+        max_position=8192, param_dtype="bfloat16", dtype="bfloat16", model_type="llama",
+        bos_token_id=128000, eos_token_id=128001, eot_token_id=128009),
+    # Fast-dLLM v2: block diffusion retrofitted on Qwen2.5-7B-Instruct.
+    "fast-dllm-v2-7b": ModelConfig(
+        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
+        head_dim=128, mlp_dim=18944, attention="block_causal", block_size=32, qkv_bias=True,
+        shift_logits=True, rope_theta=1e6, norm_eps=1e-6, max_position=32768,
+        param_dtype="bfloat16", dtype="bfloat16", model_type="qwen2",
+        mask_token_id=151665, eos_token_id=151645, eot_token_id=151645,
+        pad_token_id=151643, bos_token_id=151643),
+    # Tiny sizes for tests (random weights, fp32).
+    "tiny-llada": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=16,
+        mlp_dim=128, attention="bidirectional", rope_theta=500000.0, norm_eps=1e-5,
+        max_position=512, checkpoint_format="llada", model_type="llada",
+        mask_token_id=255, eos_token_id=254, eot_token_id=253, pad_token_id=254, bos_token_id=252),
+    "tiny-dream": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, attention="bidirectional", qkv_bias=True, shift_logits=True,
+        rope_theta=1e6, max_position=512, model_type="Dream",
+        mask_token_id=255, eos_token_id=254, pad_token_id=254, bos_token_id=254),
+    "tiny-qwen2": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, attention="causal", qkv_bias=True, rope_theta=1e6, max_position=512,
+        model_type="qwen2", eos_token_id=254, pad_token_id=254, bos_token_id=254),
+    "tiny-llama": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, attention="causal", rope_theta=500000.0, norm_eps=1e-5, max_position=512,
+        model_type="llama", bos_token_id=253, eos_token_id=254),
+    "tiny-block-diffusion": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, attention="block_causal", block_size=8, qkv_bias=True, shift_logits=True,
+        rope_theta=1e6, max_position=512, model_type="qwen2",
+        mask_token_id=255, eos_token_id=254, pad_token_id=254, bos_token_id=254),
+}

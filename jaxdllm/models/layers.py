@@ -1,0 +1,149 @@
+"""Building blocks shared by every jaxdllm model: projections, RMSNorm, RoPE, attention, MLP.
+
+Every parameter is an `nnx.Param` carrying `logical_axes` (names from `jaxdllm.sharding`),
+stored in JAX `[in, out]` layout with heads split out: q `[embed, heads, head_dim]`,
+o `[heads, head_dim, embed]`, gate/up `[embed, mlp]`, down `[mlp, embed]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdllm.attention import MaskSpec, attend
+from jaxdllm.models.config import ModelConfig, RopeScaling
+
+_init = nnx.initializers.normal(stddev=0.02)
+
+
+class Einsum(nnx.Module):
+    """`y = einsum(eqn, x, kernel) (+ bias)`, matmul in the compute dtype, fp32 accumulation."""
+
+    def __init__(self, eqn: str, kernel_shape: tuple[int, ...], kernel_axes: tuple[str, ...], *,
+                 bias_shape: tuple[int, ...] | None = None, bias_axes: tuple[str, ...] = (),
+                 dtype, param_dtype, rngs: nnx.Rngs):
+        self.eqn = eqn
+        self.dtype = dtype
+        self.kernel = nnx.Param(_init(rngs.params(), kernel_shape, param_dtype),
+                                logical_axes=kernel_axes)
+        self.bias = (nnx.Param(jnp.zeros(bias_shape, param_dtype), logical_axes=bias_axes)
+                     if bias_shape is not None else None)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.einsum(self.eqn, x.astype(self.dtype), self.kernel[...].astype(self.dtype),
+                       preferred_element_type=jnp.float32)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(self.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm computed in float32; the scale multiplies after casting back (HF and LLaDA)."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=("norm",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return y.astype(x.dtype) * self.scale[...].astype(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> np.ndarray:
+    """Inverse frequencies `[head_dim // 2]` (float32), with optional Llama-3 / linear scaling."""
+    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    inv = inv.astype(np.float32)
+    if scaling is None:
+        return inv
+    if scaling.type == "linear":
+        return (inv / scaling.factor).astype(np.float32)
+    # llama3: keep high frequencies, divide low ones by `factor`, interpolate in between.
+    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    scaled = np.where(wavelen > low_wavelen, inv / scaling.factor, inv)
+    smooth = ((scaling.original_max_position / wavelen - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate-half RoPE in float32. `x [B, L, H, D]`, `positions [B, L]` (logical positions)."""
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, L, D/2]
+    cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with RoPE; optional biases; an optional K/V cache slot."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, rngs=rngs)
+        d, h, kv, hd = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim
+        qkv_bias = lambda heads, axis: dict(bias_shape=(heads, hd), bias_axes=(axis, "head_dim")) if c.qkv_bias else {}
+        self.q = Einsum("bld,dhk->blhk", (d, h, hd), ("embed", "heads", "head_dim"), **qkv_bias(h, "heads"), **kw)
+        self.k = Einsum("bld,dhk->blhk", (d, kv, hd), ("embed", "kv_heads", "head_dim"), **qkv_bias(kv, "kv_heads"), **kw)
+        self.v = Einsum("bld,dhk->blhk", (d, kv, hd), ("embed", "kv_heads", "head_dim"), **qkv_bias(kv, "kv_heads"), **kw)
+        out_bias = dict(bias_shape=(d,), bias_axes=("embed",)) if c.out_bias else {}
+        self.o = Einsum("blhk,hkd->bld", (h, hd, d), ("heads", "head_dim", "embed"), **out_bias, **kw)
+        self.impl = c.attention_impl
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: MaskSpec, inv_freq: np.ndarray,
+                 kv_cache: tuple[jax.Array, jax.Array] | None = None):
+        """`x [B, L, D]` -> (`[B, L, D]`, updated `(k, v)` cache slot or None).
+
+        With `kv_cache = (k [B, S, Hkv, Dh], v)`, the new keys/values are written at
+        `mask.q_offset` and the queries attend to all S cached slots.
+        """
+        q = apply_rope(self.q(x), positions, inv_freq)
+        k = apply_rope(self.k(x), positions, inv_freq)
+        v = self.v(x)
+        if kv_cache is not None:
+            cache_k, cache_v = kv_cache
+            start = (0, mask.q_offset, 0, 0)
+            k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
+            v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
+            kv_cache = (k, v)
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.impl)
+        return self.o(out), kv_cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU: `down(silu(gate(x)) * up(x))`."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, rngs=rngs)
+        bias = lambda n, axis: dict(bias_shape=(n,), bias_axes=(axis,)) if c.mlp_bias else {}
+        self.gate = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)
+        self.up = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)
+        self.down = Einsum("blm,md->bld", (c.mlp_dim, c.embed_dim), ("mlp", "embed"), **bias(c.embed_dim, "embed"), **kw)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        pd = config.jnp_param_dtype
+        self.attn_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
+        self.attn = Attention(config, rngs=rngs)
+        self.mlp_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
+        self.mlp = MLP(config, rngs=rngs)
+
+    def __call__(self, x, positions, mask, inv_freq, kv_cache=None):
+        h, kv_cache = self.attn(self.attn_norm(x), positions, mask, inv_freq, kv_cache)
+        x = x + h
+        return x + self.mlp(self.mlp_norm(x)), kv_cache

@@ -1,0 +1,91 @@
+"""The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama and block diffusion.
+
+Which model it is lives entirely in `ModelConfig` (attention mode, biases, tied embeddings,
+token shift, special ids).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdllm.attention import MaskSpec
+from jaxdllm.models.cache import KVCache
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.layers import Block, RMSNorm, _init, rope_inv_freq
+
+
+class Transformer(nnx.Module):
+    """Decoder-only transformer; `model(input_ids)` runs the config's default attention."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        pd = config.jnp_param_dtype
+        self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
+                               logical_axes=("vocab", "embed"))
+        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
+        self.lm_head = (None if config.tie_embeddings else
+                        nnx.Param(_init(rngs.params(), (config.embed_dim, config.vocab_size), pd),
+                                  logical_axes=("embed", "vocab")))
+
+    def default_mask(self) -> MaskSpec:
+        """The config's attention mode over the whole input, no padding."""
+        return MaskSpec(kind=self.config.attention, block_size=self.config.block_size)
+
+    def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
+                 attention: MaskSpec | None = None, cache: KVCache | None = None):
+        """Logits for `input_ids`.
+
+        Args:
+          input_ids: `[B, L]` int token ids.
+          positions: `[B, L]` logical RoPE positions; default `q_offset + arange(L)`.
+          attention: a `MaskSpec`; default `default_mask()`. With a cache, the queries sit at
+            physical offset `attention.q_offset` in the cache.
+          cache: optional `KVCache`. This call's K/V are written at `attention.q_offset` and
+            its queries attend to every slot; `attention.kv_segment_ids` is replaced by the
+            cache's segment ids (this call's `q_segment_ids`, default 1, are written too).
+
+        Returns:
+          `logits [B, L, V]` in float32 (raw: with `config.shift_logits`, position i-1
+          predicts token i; see `align_logits`), plus the updated cache when one was given.
+        """
+        c = self.config
+        b, l = input_ids.shape
+        mask = self.default_mask() if attention is None else attention
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.asarray(mask.q_offset, jnp.int32) + jnp.arange(l), (b, l))
+        if cache is not None:
+            q_seg = (jnp.ones((b, l), jnp.int32) if mask.q_segment_ids is None
+                     else jnp.asarray(mask.q_segment_ids, jnp.int32))
+            kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, q_seg, (0, mask.q_offset))
+            mask = mask.replace(q_segment_ids=q_seg, kv_segment_ids=kv_seg)
+        inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
+
+        x = jnp.take(self.embed[...], input_ids, axis=0).astype(c.jnp_dtype)
+        new_k, new_v = [], []
+        for i, block in enumerate(self.layers):
+            slot = None if cache is None else (cache.k[i], cache.v[i])
+            x, slot = block(x, positions, mask, inv_freq, slot)
+            if slot is not None:
+                new_k.append(slot[0])
+                new_v.append(slot[1])
+        x = self.final_norm(x)
+        head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
+        logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype),
+                            preferred_element_type=jnp.float32)
+        if cache is None:
+            return logits
+        return logits, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids=mask.kv_segment_ids)
+
+
+def align_logits(logits: jax.Array, config: ModelConfig) -> jax.Array:
+    """Logits `[B, L, V]` re-indexed so that `out[:, i]` predicts token i.
+
+    For token-shifted models (Dream, Fast-dLLM v2) `out[:, i] = logits[:, i-1]` and position 0
+    keeps its own logits (Dream's convention); otherwise `logits` unchanged.
+    """
+    if not config.shift_logits:
+        return logits
+    return jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)

@@ -1,0 +1,91 @@
+"""Sharding by name: logical axis names on parameters, a rules table mapping them to mesh axes.
+
+Mesh axes are `data`, `fsdp`, `tensor`. Parameters carry logical names (`vocab`, `embed`,
+`heads`, `kv_heads`, `head_dim`, `mlp`, `norm`); activations use `batch` and `length`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+log = logging.getLogger(__name__)
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# logical axis -> mesh axis (or tuple of mesh axes, or None for replicated).
+DEFAULT_RULES: dict[str, str | tuple[str, ...] | None] = {
+    "batch": ("data", "fsdp"),
+    "length": None,
+    "vocab": "tensor",
+    "embed": "fsdp",
+    "heads": "tensor",
+    "kv_heads": "tensor",
+    "head_dim": None,
+    "mlp": "tensor",
+    "norm": None,
+}
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
+    """A `(data, fsdp, tensor)` mesh over `devices` (default: all devices)."""
+    devices = jax.devices() if devices is None else list(devices)
+    need = data * fsdp * tensor
+    if need != len(devices):
+        raise ValueError(
+            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = {need} devices, "
+            f"but {len(devices)} are available")
+    return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), MESH_AXES)
+
+
+def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh,
+                    rules: Mapping[str, str | tuple[str, ...] | None] = DEFAULT_RULES) -> PartitionSpec:
+    """The `PartitionSpec` for an array of `shape` whose dims carry `logical_axes`.
+
+    A dim whose size the mapped mesh axes do not divide is replicated (logged), so odd head
+    counts still load; a mesh axis is used at most once per array.
+    """
+    if len(logical_axes) != len(shape):
+        raise ValueError(f"logical axes {logical_axes} do not match shape {shape}")
+    used: set[str] = set()
+    spec = []
+    for name, dim in zip(logical_axes, shape):
+        if name is not None and name not in rules:
+            raise ValueError(f"no sharding rule for logical axis {name!r}; rules: {sorted(rules)}")
+        target = rules.get(name) if name is not None else None
+        axes = () if target is None else ((target,) if isinstance(target, str) else tuple(target))
+        axes = tuple(a for a in axes if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+        size = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+        if axes and dim % size:
+            log.info("replicating logical axis %r (size %d) not divisible by mesh %s", name, dim, axes)
+            axes = ()
+        used.update(axes)
+        spec.append(None if not axes else (axes[0] if len(axes) == 1 else axes))
+    return PartitionSpec(*spec)
+
+
+def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.State:
+    """A pytree like `state` (abstract or concrete) holding a `NamedSharding` per parameter."""
+
+    def one(var):
+        axes = getattr(var, "logical_axes", None)
+        shape = var.get_value().shape
+        axes = (None,) * len(shape) if axes is None else axes
+        return NamedSharding(mesh, logical_to_spec(axes, shape, mesh, rules))
+
+    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_model(model: nnx.Module, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.Module:
+    """Move an existing model's parameters to their named shardings on `mesh` (in place)."""
+    graphdef, state = nnx.split(model)
+    shardings = state_shardings(state, mesh, rules)
+    values = jax.tree.map(lambda v: v.get_value(), state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    placed = jax.device_put(values, shardings)
+    nnx.update(model, placed)
+    return model
