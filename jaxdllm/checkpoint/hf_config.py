@@ -1,0 +1,191 @@
+"""config.json <-> `ModelConfig` for LLaDA (OLMo-style keys), Qwen2, Dream and Llama checkpoints.
+
+Both transformers 4.x keys (`rope_theta`, `rope_scaling`, `torch_dtype`) and 5.x keys
+(`rope_parameters`, `dtype`) are read; on export the keys of the source config are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jaxdllm.models.config import ConfigError, ModelConfig, RopeScaling
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message names the file or tensor."""
+
+
+SUPPORTED_MODEL_TYPES = ("llada", "qwen2", "dream", "llama")
+# LLaDA-8B's config.json omits these; they are fixed by its tokenizer.
+_LLADA_8B_VOCAB = 126464
+_LLADA_8B_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
+                     pad_token_id=126081, bos_token_id=126080)
+_TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
+                 "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
+
+
+def read_config_json(directory: Path) -> dict:
+    """The parsed `directory/config.json`; errors name the file."""
+    file = Path(directory) / "config.json"
+    if not Path(directory).is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing: a Hugging Face checkpoint directory needs config.json")
+    try:
+        return json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"cannot read {file}: {e}") from e
+
+
+def _first_id(value) -> int | None:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _checkpoint_dtype(raw: dict) -> str:
+    name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
+    return _TORCH_DTYPES.get(str(name), "float32")
+
+
+def _rope(raw: dict) -> tuple[float, RopeScaling | None]:
+    params = raw.get("rope_parameters") or {}
+    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    scaling = raw.get("rope_scaling") or (params if params.get("rope_type", "default") != "default" else None)
+    if not scaling:
+        return theta, None
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return theta, None
+    if kind not in ("llama3", "linear"):
+        raise ConfigError(f"rope scaling type {kind!r} is not supported (supported: llama3, linear)")
+    return theta, RopeScaling(
+        type=kind, factor=float(scaling["factor"]),
+        low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
+        original_max_position=int(scaling.get("original_max_position_embeddings", 8192)))
+
+
+def _require(raw: dict, keys: tuple[str, ...], where: str) -> None:
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise CheckpointError(f"{where}: config.json lacks required keys {missing}")
+
+
+def _llada_config(raw: dict, where: str) -> ModelConfig:
+    _require(raw, ("d_model", "n_heads", "n_layers", "mlp_hidden_size", "vocab_size"), where)
+    unsupported = {"block_type": "llama", "layer_norm_type": "rms", "alibi": False, "rope": True,
+                   "scale_logits": False, "attention_layer_norm": False}
+    for key, ok in unsupported.items():
+        if key in raw and raw[key] != ok:
+            raise CheckpointError(f"{where}: LLaDA config {key}={raw[key]!r} is not supported (need {ok!r})")
+    vocab = int(raw.get("embedding_size") or raw["vocab_size"])
+    ids = dict(_LLADA_8B_IDS) if vocab == _LLADA_8B_VOCAB else {}
+    for key in ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id", "eot_token_id"):
+        if raw.get(key) is not None:
+            ids[key] = _first_id(raw[key])
+    bias = bool(raw.get("include_bias", False))
+    dtype = _checkpoint_dtype(raw)
+    return ModelConfig(
+        vocab_size=vocab, embed_dim=raw["d_model"], num_layers=raw["n_layers"],
+        num_heads=raw["n_heads"], num_kv_heads=raw.get("n_kv_heads") or raw["n_heads"],
+        head_dim=raw["d_model"] // raw["n_heads"], mlp_dim=raw["mlp_hidden_size"],
+        attention="bidirectional", qkv_bias=bias or bool(raw.get("include_qkv_bias", False)),
+        out_bias=bias, mlp_bias=bias, tie_embeddings=bool(raw.get("weight_tying", False)),
+        rope_theta=float(raw.get("rope_theta", 10000.0)), norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        max_position=int(raw.get("max_sequence_length", 4096)), param_dtype=dtype, dtype=dtype,
+        checkpoint_format="llada", model_type="llada", source_config=raw, **ids)
+
+
+def _hf_config(raw: dict, model_type: str, where: str) -> ModelConfig:
+    _require(raw, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                   "vocab_size"), where)
+    if raw.get("use_sliding_window"):
+        raise CheckpointError(f"{where}: sliding-window attention (use_sliding_window) is not supported")
+    if raw.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"{where}: hidden_act={raw['hidden_act']!r} is not supported (need silu)")
+    theta, scaling = _rope(raw)
+    heads = raw["num_attention_heads"]
+    dtype = _checkpoint_dtype(raw)
+    is_llama = model_type == "llama"
+    attention_bias = bool(raw.get("attention_bias", False))
+    block = raw.get("bd_size")  # Fast-dLLM v2 style block-diffusion Qwen2
+    if block:
+        attention = "block_causal"
+    else:
+        attention = "bidirectional" if model_type == "dream" else "causal"
+    return ModelConfig(
+        vocab_size=raw["vocab_size"], embed_dim=raw["hidden_size"],
+        num_layers=raw["num_hidden_layers"], num_heads=heads,
+        num_kv_heads=raw.get("num_key_value_heads") or heads,
+        head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+        mlp_dim=raw["intermediate_size"], attention=attention, block_size=block or None,
+        qkv_bias=attention_bias if is_llama else True, out_bias=attention_bias if is_llama else False,
+        mlp_bias=bool(raw.get("mlp_bias", False)) if is_llama else False,
+        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        shift_logits=model_type == "dream" or bool(block),
+        rope_theta=theta, rope_scaling=scaling, norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position=int(raw.get("max_position_embeddings", 4096)), param_dtype=dtype, dtype=dtype,
+        mask_token_id=raw.get("mask_token_id"), eos_token_id=_first_id(raw.get("eos_token_id")),
+        pad_token_id=_first_id(raw.get("pad_token_id")), bos_token_id=_first_id(raw.get("bos_token_id")),
+        checkpoint_format="hf", model_type=raw.get("model_type", model_type), source_config=raw)
+
+
+def config_from_hf(raw: dict, where: str = "config.json") -> ModelConfig:
+    """A `ModelConfig` from a parsed config.json; `where` names the file in errors."""
+    model_type = str(raw.get("model_type", "")).lower()
+    if model_type == "llada" or (not model_type and "d_model" in raw):
+        return _llada_config(raw, where)
+    if model_type in ("qwen2", "dream", "llama"):
+        return _hf_config(raw, model_type, where)
+    raise CheckpointError(
+        f"{where}: unknown architecture model_type={raw.get('model_type')!r}; "
+        f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+
+
+def config_to_hf(config: ModelConfig) -> dict:
+    """config.json contents for `config`, keeping the keys of its source config."""
+    c = config
+    out = dict(c.source_config or {})
+    dtype_key = "dtype" if "dtype" in out else "torch_dtype"
+    if c.checkpoint_format == "llada":
+        out.update(model_type="llada", d_model=c.embed_dim, n_heads=c.num_heads,
+                   n_kv_heads=c.num_kv_heads, n_layers=c.num_layers, mlp_hidden_size=c.mlp_dim,
+                   vocab_size=out.get("vocab_size", c.vocab_size), embedding_size=c.vocab_size,
+                   rope_theta=c.rope_theta, rms_norm_eps=c.norm_eps, weight_tying=c.tie_embeddings,
+                   include_bias=c.out_bias, block_type="llama", max_sequence_length=c.max_position)
+        if c.qkv_bias and not c.out_bias:
+            out["include_qkv_bias"] = True
+        out.setdefault("architectures", ["LLaDAModelLM"])
+    else:
+        out.update(model_type=c.model_type, hidden_size=c.embed_dim, num_attention_heads=c.num_heads,
+                   num_key_value_heads=c.num_kv_heads, num_hidden_layers=c.num_layers,
+                   intermediate_size=c.mlp_dim, vocab_size=c.vocab_size, head_dim=c.head_dim,
+                   hidden_act="silu", rms_norm_eps=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
+                   max_position_embeddings=c.max_position)
+        if c.model_type == "llama":
+            out.update(attention_bias=c.qkv_bias, mlp_bias=c.mlp_bias)
+        if c.attention == "block_causal":
+            out["bd_size"] = c.block_size
+        scaling = None
+        if c.rope_scaling is not None:
+            s = c.rope_scaling
+            scaling = {"rope_type": s.type, "factor": s.factor}
+            if s.type == "llama3":
+                scaling.update(low_freq_factor=s.low_freq_factor, high_freq_factor=s.high_freq_factor,
+                               original_max_position_embeddings=s.original_max_position)
+        if "rope_parameters" in out:
+            out["rope_parameters"] = {"rope_theta": c.rope_theta, **(scaling or {"rope_type": "default"})}
+        else:
+            out["rope_theta"] = c.rope_theta
+            if scaling is not None:
+                out["rope_scaling"] = scaling
+        out.setdefault("architectures", [{"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+                                         .get(c.model_type, "DreamModel")])
+    for key in ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id"):
+        value = getattr(c, key)
+        if value is not None and _first_id(out.get(key)) != value:
+            out[key] = value
+    out[dtype_key] = c.param_dtype
+    return out

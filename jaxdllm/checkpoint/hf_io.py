@@ -1,0 +1,238 @@
+"""Hugging Face checkpoint import/export: config.json + safetensors (one file or a sharded index).
+
+Import reads one tensor at a time, converts its layout and dtype on the host, and places it
+straight into its target sharding; at most one tensor (plus its cast copy) is on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import jax
+import ml_dtypes
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from jaxdllm import sharding as shd
+from jaxdllm.checkpoint.hf_config import CheckpointError, config_from_hf, config_to_hf, read_config_json
+from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, tensor_table
+from jaxdllm.models.config import DTYPES, ModelConfig
+from jaxdllm.models.transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+# Files beside the weights that describe the model to other tools; copied on export on request.
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+              "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt")
+_NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+def _weight_map(directory: Path) -> dict[str, Path]:
+    """tensor name -> safetensors file, from the index or from every *.safetensors file."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"cannot read {index}: {e}") from e
+        files = {name: directory / fname for name, fname in weight_map.items()}
+        for file in sorted(set(files.values())):
+            if not file.is_file():
+                raise CheckpointError(f"{index} lists {file.name}, which is missing")
+        return files
+    shards = sorted(directory.glob("*.safetensors"))
+    if not shards:
+        hint = " (pytorch_model.bin is not read: convert it to safetensors)" if any(
+            directory.glob("*.bin")) else ""
+        raise CheckpointError(f"no {SINGLE_FILE}, {INDEX_FILE} or *.safetensors in {directory}{hint}")
+    files = {}
+    for file in shards:
+        for name in _open(file).keys():
+            files[name] = file
+    return files
+
+
+def _open(file: Path):
+    try:
+        return safe_open(str(file), framework="numpy")
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
+
+
+def _check_tensors(table: list[TensorMapping], files: dict[str, Path], config: ModelConfig,
+                   handles: dict[Path, object], where: Path) -> None:
+    expected = {t.name for t in table}
+    missing = [t.name for t in table if t.name not in files]
+    unexpected = sorted(n for n in files if n not in expected and not is_ignorable(n, config))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing tensors {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+        if unexpected:
+            parts.append(f"unexpected tensors {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}")
+        raise CheckpointError(f"{where} does not match its config.json ({config.model_type}): "
+                              + "; ".join(parts))
+    for t in table:
+        file = files[t.name]
+        try:
+            shape = tuple(handles[file].get_slice(t.name).get_shape())
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"cannot read tensor {t.name} from {file}: {e}") from e
+        if shape != t.hf_shape:
+            raise CheckpointError(
+                f"tensor {t.name} in {file.name} has shape {list(shape)}, expected {list(t.hf_shape)}")
+
+
+def _placement(mapping: TensorMapping, logical_axes, mesh: Mesh | None, rules):
+    if mesh is None:
+        return SingleDeviceSharding(jax.devices()[0])
+    return NamedSharding(mesh, shd.logical_to_spec(logical_axes, mapping.shape, mesh, rules))
+
+
+def _place(host: np.ndarray, placement) -> jax.Array:
+    """Put `host` on devices; each device (this process's only) copies just its shard."""
+    if isinstance(placement, SingleDeviceSharding):
+        return jax.device_put(np.ascontiguousarray(host), placement)
+    return jax.make_array_from_callback(host.shape, placement,
+                                        lambda idx: np.ascontiguousarray(host[idx]))
+
+
+def from_pretrained(path: str | Path, *, dtype: str | None = None, mesh: Mesh | None = None,
+                    rules=shd.DEFAULT_RULES, **config_overrides) -> Transformer:
+    """Load a Hugging Face checkpoint directory into a `Transformer`.
+
+    Args:
+      path: directory with config.json and model.safetensors (or a sharded index).
+      dtype: parameter and compute dtype (`float32`, `bfloat16`, `float16`); default: the
+        checkpoint's `torch_dtype`/`dtype`.
+      mesh: place each parameter in its named sharding on this mesh (see
+        `jaxdllm.sharding`); default: the first device.
+      rules: logical-axis -> mesh-axis table.
+      **config_overrides: `ModelConfig` fields to change (e.g. `attention="bidirectional"`,
+        `attention_impl="xla"`); they must not change parameter shapes.
+
+    Returns:
+      The model; `model.config.source_config` keeps the config.json for export.
+    """
+    directory = Path(path)
+    raw = read_config_json(directory)
+    config = config_from_hf(raw, where=str(directory / "config.json"))
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+        config = config.replace(param_dtype=dtype, dtype=dtype)
+    if config_overrides:
+        config = config.replace(**config_overrides)
+
+    files = _weight_map(directory)
+    handles = {file: _open(file) for file in sorted(set(files.values()))}
+    table = tensor_table(config)
+    _check_tensors(table, files, config, handles, directory)
+
+    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    variables = dict(nnx.to_flat_state(state))
+    target = _NP_DTYPES[config.param_dtype]
+    for t in table:
+        var = variables[t.path]
+        if tuple(var.get_value().shape) != t.shape:  # a bug in the table, not in the checkpoint
+            raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {var.get_value().shape}")
+        host = t.to_jax(handles[files[t.name]].get_tensor(t.name))
+        if host.dtype != target:
+            host = host.astype(target)
+        var.set_value(_place(host, _placement(t, var.logical_axes, mesh, rules)))
+        del host
+    return nnx.merge(graphdef, state)
+
+
+def _to_host(array: jax.Array) -> np.ndarray:
+    if not array.is_fully_addressable:
+        from jax.experimental import multihost_utils
+        array = multihost_utils.process_allgather(array, tiled=True)
+    return np.asarray(jax.device_get(array))
+
+
+def _parse_size(size: int | str) -> int:
+    if isinstance(size, int):
+        return size
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    s = size.strip().upper()
+    for unit, scale in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if s.endswith(unit):
+            return int(float(s[: -len(unit)]) * scale)
+    return int(s)
+
+
+def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int | str = "5GB",
+                    dtype: str | None = None, copy_files_from: str | Path | None = None) -> Path:
+    """Write `model` as a Hugging Face checkpoint directory in its source layout.
+
+    Args:
+      model: a `Transformer` (sharded or not; multi-host arrays are gathered per tensor).
+      path: output directory (created).
+      max_shard_size: bytes per safetensors file (int or "5GB"); larger models get
+        `model-0000k-of-0000n.safetensors` plus `model.safetensors.index.json`.
+      dtype: tensor dtype on disk; default the parameter dtype.
+      copy_files_from: a checkpoint directory whose tokenizer/generation/chat-template files
+        (and `*.py` remote code, e.g. LLaDA's) are copied along.
+
+    Returns:
+      The output directory. Only process 0 writes.
+    """
+    config = model.config
+    out = Path(path)
+    dtype = dtype or config.param_dtype
+    np_dtype = _NP_DTYPES[dtype]
+    table = tensor_table(config)
+    params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    limit = _parse_size(max_shard_size)
+    itemsize = np.dtype(np_dtype).itemsize
+
+    shards: list[list[TensorMapping]] = [[]]
+    size = 0
+    for t in table:  # plan the files first so only one file's tensors are on the host at once
+        nbytes = int(np.prod(t.hf_shape)) * itemsize
+        if shards[-1] and size + nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(t)
+        size += nbytes
+    names = ([SINGLE_FILE] if len(shards) == 1 else
+             [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))])
+
+    writer = jax.process_index() == 0
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("*.safetensors"):
+            stale.unlink()
+    weight_map, total = {}, 0
+    for fname, shard in zip(names, shards):
+        tensors = {}
+        for t in shard:
+            tensors[t.name] = t.to_hf(_to_host(params[t.path].get_value()).astype(np_dtype))
+            weight_map[t.name] = fname
+            total += tensors[t.name].nbytes
+        if writer:
+            save_file(tensors, str(out / fname), metadata={"format": "pt"})
+        del tensors
+    if writer:
+        if len(shards) > 1:
+            (out / INDEX_FILE).write_text(json.dumps(
+                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        elif (out / INDEX_FILE).exists():
+            (out / INDEX_FILE).unlink()
+        (out / "config.json").write_text(json.dumps(config_to_hf(config.replace(param_dtype=dtype)), indent=2))
+        if copy_files_from is not None:
+            src = Path(copy_files_from)
+            for f in [src / n for n in SIDE_FILES] + sorted(src.glob("*.py")):
+                if f.is_file() and f.resolve() != (out / f.name).resolve():
+                    shutil.copy2(f, out / f.name)
+    return out

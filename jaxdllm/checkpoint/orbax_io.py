@@ -1,0 +1,52 @@
+"""Orbax save/restore of a model's state, with its `ModelConfig` beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import Mesh, SingleDeviceSharding
+
+from jaxdllm import sharding as shd
+from jaxdllm.checkpoint.hf_config import CheckpointError
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.transformer import Transformer
+
+CONFIG_FILE = "jaxdllm_config.json"
+STATE_DIR = "state"
+
+
+def save_state(model: Transformer, path: str | Path) -> Path:
+    """Write `path/jaxdllm_config.json` and the parameters under `path/state` with orbax."""
+    out = Path(path).absolute()
+    if jax.process_index() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2))
+    state = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(out / STATE_DIR, state, force=True)
+    return out
+
+
+def load_state(path: str | Path, *, mesh: Mesh | None = None, rules=shd.DEFAULT_RULES) -> Transformer:
+    """Restore a model written by `save_state`, placed on `mesh` (default: first device)."""
+    src = Path(path).absolute()
+    if not (src / CONFIG_FILE).is_file() or not (src / STATE_DIR).is_dir():
+        raise CheckpointError(f"{src} is not a jaxdllm orbax checkpoint (needs {CONFIG_FILE} and {STATE_DIR}/)")
+    config = ModelConfig.from_dict(json.loads((src / CONFIG_FILE).read_text()))
+    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    if mesh is None:
+        shardings = jax.tree.map(lambda _: SingleDeviceSharding(jax.devices()[0]), state)
+    else:
+        shardings = shd.state_shardings(state, mesh, rules)
+    target = jax.tree.map(
+        lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s),
+        nnx.to_pure_dict(state), nnx.to_pure_dict(shardings))
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(src / STATE_DIR, target)
+    nnx.replace_by_pure_dict(state, restored)
+    return nnx.merge(graphdef, state)
