@@ -32,6 +32,10 @@ SINGLE_FILE = "model.safetensors"
 # Files beside the weights that describe the model to other tools; copied on export on request.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
               "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt")
+# Fields the checkpoint itself determines; overriding them would mis-read its tensors.
+_CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                      "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
+                      "checkpoint_format", "param_dtype", "source_config"}
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
@@ -129,6 +133,10 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, mesh: Mesh | 
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
         config = config.replace(param_dtype=dtype, dtype=dtype)
+    fixed = sorted(set(config_overrides) & _CHECKPOINT_FIELDS)
+    if fixed:
+        raise ValueError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
+                         "(use dtype= for the parameter dtype)")
     if config_overrides:
         config = config.replace(**config_overrides)
 
