@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import jaxdllm
+from forward import forward
 from hf_models import SHAPES, hf_logits, make_hf_model
 
 TOL = 1e-4
@@ -30,7 +31,7 @@ def test_causal_logits_match(saved):
     ours = jaxdllm.from_pretrained(path)
     assert ours.config.attention == "causal"
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_bidirectional_logits_match_all_visible_4d_mask(saved):
@@ -40,7 +41,7 @@ def test_bidirectional_logits_match_all_visible_4d_mask(saved):
     all_visible = torch.zeros(ids.shape[0], 1, ids.shape[1], ids.shape[1])  # additive: 0 = visible
     ref = hf_logits(hf, ids, attention_mask=all_visible)
     assert np.abs(ref - hf_logits(hf, ids)).max() > 1e-2  # the mask really changes the reference
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), ref, atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), ref, atol=TOL, rtol=0)
 
 
 def test_left_padded_batch_matches(saved):
@@ -53,7 +54,7 @@ def test_left_padded_batch_matches(saved):
     positions = np.clip(np.arange(9)[None] - pad[:, None], 0, None)
     ref = hf_logits(hf, ids, attention_mask=torch.as_tensor(mask), position_ids=torch.as_tensor(positions))
     spec = jaxdllm.MaskSpec.from_padding(jnp.asarray(mask), kind="causal")
-    got = np.asarray(ours(jnp.asarray(ids), positions=jnp.asarray(positions), attention=spec))
+    got = np.asarray(forward(ours, jnp.asarray(ids), positions=jnp.asarray(positions), attention=spec))
     real = mask.astype(bool)
     np.testing.assert_allclose(got[real], ref[real], atol=TOL, rtol=0)
     assert np.isfinite(got).all()
@@ -65,10 +66,10 @@ def test_tied_embeddings_and_bf16(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.tie_embeddings and ours.lm_head is None
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
     half = jaxdllm.from_pretrained(tmp_path, dtype="bfloat16")
     assert half.embed[...].dtype == jnp.bfloat16
-    got = np.asarray(half(jnp.asarray(ids)))
+    got = np.asarray(forward(half, jnp.asarray(ids)))
     assert got.dtype == np.float32 and np.abs(got - hf_logits(hf, ids)).max() < 0.1
 
 
@@ -78,7 +79,7 @@ def test_llama_attention_and_mlp_bias(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.qkv_bias and ours.config.out_bias and ours.config.mlp_bias
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_llama3_rope_scaling(tmp_path):
@@ -89,7 +90,7 @@ def test_llama3_rope_scaling(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.rope_scaling is not None and ours.config.rope_scaling.type == "llama3"
     ids = _ids(hf, length=40)
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
@@ -105,7 +106,7 @@ def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
     ids = _ids(hf)
     L = ids.shape[1]
     ref = hf_logits(hf, ids, attention_mask=torch.zeros(ids.shape[0], 1, L, L))
-    logits = ours(jnp.asarray(ids))
+    logits = forward(ours, jnp.asarray(ids))
     np.testing.assert_allclose(np.asarray(logits), ref, atol=TOL, rtol=0)
     aligned = np.asarray(jaxdllm.align_logits(logits, c))
     np.testing.assert_array_equal(aligned[:, 1:], np.asarray(logits)[:, :-1])

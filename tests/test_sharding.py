@@ -1,0 +1,80 @@
+"""Loading straight into a (data, fsdp, tensor) mesh on 8 fake CPU devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jaxdllm
+from jaxdllm import sharding
+from hf_models import make_hf_model
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen_gqa")
+    make_hf_model("qwen2", "gqa").save_pretrained(path)  # 6 heads, 2 kv heads, mlp 80, vocab 128
+    return path
+
+
+EXPECTED = {  # parameter path -> spec under DEFAULT_RULES on a (2, 2, 2) mesh
+    ("embed",): P("tensor", "fsdp"),
+    ("lm_head",): P("fsdp", "tensor"),
+    ("layers", 0, "attn", "q", "kernel"): P("fsdp", "tensor", None),
+    ("layers", 0, "attn", "q", "bias"): P("tensor", None),
+    ("layers", 0, "attn", "k", "kernel"): P("fsdp", "tensor", None),
+    ("layers", 0, "attn", "o", "kernel"): P("tensor", None, "fsdp"),
+    ("layers", 2, "mlp", "gate", "kernel"): P("fsdp", "tensor"),
+    ("layers", 2, "mlp", "down", "kernel"): P("tensor", "fsdp"),
+    ("layers", 1, "attn_norm", "scale"): P(None),
+    ("final_norm", "scale"): P(None),
+}
+
+
+def test_loaded_parameters_carry_named_shardings_and_logits_match(ckpt):
+    mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+    single = jaxdllm.from_pretrained(ckpt)
+    sharded = jaxdllm.from_pretrained(ckpt, mesh=mesh)
+    params = dict(nnx.to_flat_state(nnx.state(sharded, nnx.Param)))
+    for path, spec in EXPECTED.items():
+        got = params[path].get_value().sharding
+        assert isinstance(got, NamedSharding) and got.mesh.shape == mesh.shape, path
+        assert got.spec == spec, (path, got.spec)
+    q = params[("layers", 0, "attn", "q", "kernel")].get_value()
+    assert q.addressable_shards[0].data.shape == (24, 3, 8)  # [48/2, 6/2, 8]
+
+    ids = jnp.asarray(np.random.RandomState(0).randint(0, 128, (4, 10)))
+    ids_sharded = jax.device_put(ids, NamedSharding(mesh, P(("data", "fsdp"), None)))
+    forward = nnx.jit(lambda m, x: m(x))
+    ref = np.asarray(forward(single, ids))
+    got = forward(sharded, ids_sharded)
+    np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5, rtol=0)
+
+
+def test_indivisible_axes_are_replicated(tmp_path):
+    make_hf_model("llama", "odd_heads").save_pretrained(tmp_path)  # 3 heads, 1 kv head, vocab 61
+    mesh = sharding.make_mesh(data=1, fsdp=2, tensor=4)
+    model = jaxdllm.from_pretrained(tmp_path, mesh=mesh)
+    assert model.layers[0].attn.q.kernel[...].sharding.spec == P("fsdp", None, None)
+    assert model.embed[...].sharding.spec == P(None, "fsdp")
+    ids = jnp.asarray(np.random.RandomState(0).randint(0, 61, (2, 6)))
+    ref = np.asarray(jaxdllm.from_pretrained(tmp_path)(ids))
+    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x: m(x))(model, ids)), ref, atol=1e-5, rtol=0)
+
+
+def test_orbax_restores_into_a_mesh(ckpt, tmp_path):
+    model = jaxdllm.from_pretrained(ckpt)
+    jaxdllm.save_state(model, tmp_path / "state")
+    mesh = sharding.make_mesh(data=1, fsdp=4, tensor=2)
+    restored = jaxdllm.load_state(tmp_path / "state", mesh=mesh)
+    assert restored.layers[0].mlp.gate.kernel[...].sharding.spec == P("fsdp", "tensor")
+    np.testing.assert_array_equal(np.asarray(restored.embed[...]), np.asarray(model.embed[...]))
+
+
+def test_mesh_size_must_match_devices():
+    with pytest.raises(ValueError, match="= 6 devices, but 8 are available"):
+        sharding.make_mesh(data=3, fsdp=2)
