@@ -1,0 +1,71 @@
+"""ModelConfig presets carry the published sizes; bad configs fail with actionable messages."""
+
+import pytest
+
+from jaxdllm import ConfigError, ModelConfig
+from jaxdllm.checkpoint import config_from_hf, config_to_hf
+from jaxdllm.models import PRESETS, RopeScaling
+
+
+@pytest.mark.parametrize("name,shape,params_b", [
+    ("llada-8b", (32, 4096, 32, 32, 12288, 126464), 8.02),
+    ("dream-7b", (28, 3584, 28, 4, 18944, 152064), 7.62),
+    ("qwen2.5-7b", (28, 3584, 28, 4, 18944, 152064), 7.62),
+    ("llama-3-8b", (32, 4096, 32, 8, 14336, 128256), 8.03),
+    ("fast-dllm-v2-7b", (28, 3584, 28, 4, 18944, 152064), 7.62),
+])
+def test_published_presets(name, shape, params_b):
+    c = ModelConfig.preset(name)
+    assert (c.num_layers, c.embed_dim, c.num_heads, c.num_kv_heads, c.mlp_dim, c.vocab_size) == shape
+    assert c.head_dim == 128 and c.param_dtype == "bfloat16"
+    assert abs(c.num_params / 1e9 - params_b) < 0.01
+
+
+def test_model_specific_fields():
+    assert ModelConfig.preset("dream-7b").attention == "bidirectional"
+    assert ModelConfig.preset("dream-7b").shift_logits and ModelConfig.preset("dream-7b").mask_token_id == 151666
+    v2 = ModelConfig.preset("fast-dllm-v2-7b")
+    assert (v2.attention, v2.block_size, v2.shift_logits, v2.mask_token_id, v2.eos_token_id) == (
+        "block_causal", 32, True, 151665, 151645)
+    assert ModelConfig.preset("llada-8b").rope_theta == 500000.0
+    assert ModelConfig.preset("qwen2.5-7b").qkv_bias and not ModelConfig.preset("llama-3-8b").qkv_bias
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(num_heads=6, num_kv_heads=4), r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"),
+    (dict(attention="block_causal"), "needs a positive block_size"),
+    (dict(attention="sliding"), "attention must be one of"),
+    (dict(dtype="float64"), "dtype must be one of"),
+    (dict(mask_token_id=300), r"mask_token_id=300 is outside the vocabulary \[0, 256\)"),
+    (dict(embed_dim=0), "embed_dim must be a positive integer"),
+    (dict(head_dim=15), "head_dim must be even"),
+    (dict(attention_impl="cuda"), "attention_impl must be one of"),
+    (dict(checkpoint_format="gguf"), "checkpoint_format must be one of"),
+])
+def test_invalid_configs(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig.preset("tiny-llama", **changes)
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown model preset 'llada-80b'; known presets: \[.*'llada-8b'"):
+        ModelConfig.preset("llada-80b")
+
+
+def test_rope_scaling_validation():
+    with pytest.raises(ConfigError, match="rope_scaling type 'yarn' is not supported"):
+        RopeScaling(type="yarn", factor=2.0)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_dict_and_hf_config_round_trips(name):
+    c = PRESETS[name].replace(rope_scaling=RopeScaling("llama3", 8.0)) if "llama" in name else PRESETS[name]
+    assert ModelConfig.from_dict(c.to_dict()) == c
+    back = config_from_hf(config_to_hf(c))
+    # the HF config carries no compute dtype, eot id or attention impl; everything else survives
+    assert back.replace(dtype=c.dtype, eot_token_id=c.eot_token_id) == c
+
+
+def test_from_dict_rejects_unknown_fields():
+    with pytest.raises(ConfigError, match=r"unknown ModelConfig fields \['n_layers'\]"):
+        ModelConfig.from_dict({**PRESETS["tiny-llama"].to_dict(), "n_layers": 2})
