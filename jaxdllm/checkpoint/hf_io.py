@@ -141,23 +141,26 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, mesh: Mesh | 
         config = config.replace(**config_overrides)
 
     files = _weight_map(directory)
-    handles = {file: _open(file) for file in sorted(set(files.values()))}
     table = tensor_table(config)
-    _check_tensors(table, files, config, handles, directory)
+    _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
 
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     variables = dict(nnx.to_flat_state(state))
     target = _NP_DTYPES[config.param_dtype]
-    for t in table:
-        var = variables[t.path]
-        if tuple(var.get_value().shape) != t.shape:  # a bug in the table, not in the checkpoint
-            raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {var.get_value().shape}")
-        host = t.to_jax(handles[files[t.name]].get_tensor(t.name))
-        if host.dtype != target:
-            host = host.astype(target)
-        var.set_value(_place(host, _placement(t, var.logical_axes, mesh, rules)))
-        del host
+    # File by file, each handle closed after use: its memory-mapped pages leave the process.
+    for file in sorted(set(files.values())):
+        handle = _open(file)
+        for t in (t for t in table if files[t.name] == file):
+            var = variables[t.path]
+            if tuple(var.get_value().shape) != t.shape:  # a bug in the table, not in the checkpoint
+                raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {var.get_value().shape}")
+            host = t.to_jax(handle.get_tensor(t.name))
+            if host.dtype != target:
+                host = host.astype(target)
+            var.set_value(_place(host, _placement(t, var.logical_axes, mesh, rules)))
+            del host
+        del handle
     return nnx.merge(graphdef, state)
 
 
