@@ -71,6 +71,9 @@ def test_tied_embeddings_and_bf16(tmp_path):
     assert half.embed[...].dtype == jnp.bfloat16
     got = np.asarray(forward(half, jnp.asarray(ids)))
     assert got.dtype == np.float32 and np.abs(got - hf_logits(hf, ids)).max() < 0.1
+    mixed = jaxdllm.from_pretrained(tmp_path, compute_dtype="bfloat16")
+    assert (mixed.embed[...].dtype, mixed.config.dtype) == (jnp.float32, "bfloat16")
+    assert np.abs(np.asarray(forward(mixed, jnp.asarray(ids))) - hf_logits(hf, ids)).max() < 0.1
 
 
 def test_llama_attention_and_mlp_bias(tmp_path):
@@ -110,3 +113,32 @@ def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
     np.testing.assert_allclose(np.asarray(logits), ref, atol=TOL, rtol=0)
     aligned = np.asarray(jaxdllm.align_logits(logits, c))
     np.testing.assert_array_equal(aligned[:, 1:], np.asarray(logits)[:, :-1])
+
+
+@pytest.mark.parametrize("kind", ["block_causal", "block_diffusion", "jacobi_forcing"])
+def test_structured_masks_match_transformers_with_the_same_dense_mask(saved, kind):
+    """The whole model under each structured layout equals transformers fed the dense mask
+    (built from the published per-element rules) and the same position ids."""
+    from mask_rules import brute_force
+
+    hf, path = saved
+    ours = jaxdllm.from_pretrained(path)
+    block, prefix, n = 3, 4, 12
+    if kind == "block_causal":
+        length, positions = 12, np.arange(12)
+    elif kind == "block_diffusion":  # [x_t ; x_0], both halves at positions 0..n-1
+        length, positions = 2 * n, np.concatenate([np.arange(n), np.arange(n)])
+    else:  # prompt ++ [noisy_j | clean_j]*, both streams of block j at P + j*block + [0, block)
+        blocks = 3
+        length = prefix + 2 * block * blocks
+        positions = np.concatenate([np.arange(prefix)] + [prefix + j * block + np.arange(block)
+                                                          for j in range(blocks) for _ in range(2)])
+    ids = _ids(hf, batch=2, length=length, seed=3)
+    visible = brute_force(kind, length, length, block=block, prefix=prefix)
+    additive = torch.where(torch.as_tensor(visible), 0.0, torch.finfo(torch.float32).min)[None, None]
+    ref = hf_logits(hf, ids, attention_mask=additive.expand(2, 1, length, length),
+                    position_ids=torch.as_tensor(np.broadcast_to(positions, ids.shape).copy()))
+    spec = jaxdllm.MaskSpec(kind=kind, block_size=block, prefix_len=prefix)
+    got = forward(ours, jnp.asarray(ids), positions=jnp.asarray(np.broadcast_to(positions, ids.shape)),
+                  attention=spec)
+    np.testing.assert_allclose(np.asarray(got), ref, atol=TOL, rtol=0)

@@ -109,14 +109,15 @@ def _place(host: np.ndarray, placement) -> jax.Array:
                                         lambda idx: np.ascontiguousarray(host[idx]))
 
 
-def from_pretrained(path: str | Path, *, dtype: str | None = None, mesh: Mesh | None = None,
-                    rules=shd.DEFAULT_RULES, **config_overrides) -> Transformer:
+def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype: str | None = None,
+                    mesh: Mesh | None = None, rules=shd.DEFAULT_RULES, **config_overrides) -> Transformer:
     """Load a Hugging Face checkpoint directory into a `Transformer`.
 
     Args:
       path: directory with config.json and model.safetensors (or a sharded index).
       dtype: parameter and compute dtype (`float32`, `bfloat16`, `float16`); default: the
         checkpoint's `torch_dtype`/`dtype`.
+      compute_dtype: a different compute dtype (e.g. fp32 parameters, bf16 matmuls).
       mesh: place each parameter in its named sharding on this mesh (see
         `jaxdllm.sharding`); default: the first device.
       rules: logical-axis -> mesh-axis table.
@@ -133,6 +134,8 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, mesh: Mesh | 
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
         config = config.replace(param_dtype=dtype, dtype=dtype)
+    if compute_dtype is not None:
+        config = config.replace(dtype=compute_dtype)
     fixed = sorted(set(config_overrides) & _CHECKPOINT_FIELDS)
     if fixed:
         raise ValueError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
