@@ -35,7 +35,8 @@ class Transformer(nnx.Module):
         return MaskSpec(kind=self.config.attention, block_size=self.config.block_size)
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
-                 attention: MaskSpec | None = None, cache: KVCache | None = None):
+                 attention: MaskSpec | None = None, cache: KVCache | None = None,
+                 logits_slice: tuple[jax.Array | int, int] | None = None):
         """Logits for `input_ids`.
 
         Args:
@@ -46,9 +47,11 @@ class Transformer(nnx.Module):
           cache: optional `KVCache`. This call's K/V are written at `attention.q_offset` and
             its queries attend to every slot; `attention.kv_segment_ids` is replaced by the
             cache's segment ids (this call's `q_segment_ids`, default 1, are written too).
+          logits_slice: optional `(start, length)` (start may be traced): compute logits only
+            for input positions `[start, start + length)`, skipping the LM head elsewhere.
 
         Returns:
-          `logits [B, L, V]` in float32 (raw: with `config.shift_logits`, position i-1
+          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) in float32 (raw: with `config.shift_logits`, position i-1
           predicts token i; see `align_logits`), plus the updated cache when one was given.
         """
         c = self.config
@@ -71,6 +74,8 @@ class Transformer(nnx.Module):
             if slot is not None:
                 new_k.append(slot[0])
                 new_v.append(slot[1])
+        if logits_slice is not None:
+            x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
         head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
         logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype),

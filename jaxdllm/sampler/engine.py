@@ -1,0 +1,315 @@
+"""The compiled sampler: one `jax.jit` holding one `jax.lax.while_loop`, one forward per iteration.
+
+Every row of the batch decodes the same block at a time (blocks advance once no row has a
+mask left in the current one), but rows commit, count forwards (NFE) and stop independently,
+so each row's result equals decoding that row alone. Policy (`policies.py`), block schedule
+and cache are separate pieces of the step; the loop only carries `SamplerState`.
+
+Prompts are left-padded to a multiple of `SamplerConfig.prompt_bucket` with segment id 0 and
+logical RoPE positions, so padding changes neither the mask nor the positions a row sees, and
+a new prompt in the same bucket reuses the compiled loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from jaxdllm.attention import MaskSpec
+from jaxdllm.models.cache import KVCache
+from jaxdllm.models.config import ConfigError
+from jaxdllm.models.transformer import Transformer
+from jaxdllm.sampler import policies
+from jaxdllm.sampler.config import SamplerConfig
+
+
+@struct.dataclass
+class SamplerState:
+    """The while-loop carry.
+
+    Attributes:
+      canvas: `[B, T]` tokens (prompt, then the generation region, MASK where undecided).
+      commit_step: `[B, T]` the row's NFE count at the forward that committed each token
+        (0 for the prompt).
+      nfe: `[B]` forward passes that row took part in (a CFG step counts 2).
+      done: `[B]` rows that are finished.
+      step, block, block_step: loop iteration, current block, iterations within the block.
+      key: PRNG key; cache: `KVCache` or None; policy_state: per-policy carry.
+      trajectory: `[B, max_trajectory, T]` canvas after each step (-1 where not reached).
+    """
+
+    canvas: jax.Array
+    commit_step: jax.Array
+    nfe: jax.Array
+    done: jax.Array
+    step: jax.Array
+    block: jax.Array
+    block_step: jax.Array
+    key: jax.Array
+    cache: KVCache | None
+    policy_state: jax.Array
+    trajectory: jax.Array
+
+
+class GenerateResult(NamedTuple):
+    tokens: jax.Array        # [B, Lp + G]
+    nfe: jax.Array           # [B]
+    commit_step: jax.Array   # [B, Lp + G]
+    trajectory: jax.Array | None  # [B, max_trajectory, Lp + G] or None
+    steps: jax.Array         # loop iterations (forwards of the whole batch)
+
+
+class _Layout(NamedTuple):
+    """Static facts of one compiled generation."""
+
+    prompt_len: int   # bucketed prompt length
+    total: int        # prompt_len + gen_length
+    mask_id: int
+    shift: int        # 1 for token-shifted models
+    eos_eot: tuple[int, ...]
+    eos_id: int | None
+
+
+def validate(model: Transformer, prompt_len: int, config: SamplerConfig) -> None:
+    """Errors a user can act on, raised before anything compiles."""
+    mc = model.config
+    if mc.mask_token_id is None:
+        raise ConfigError("the model config has no mask_token_id; set it (ModelConfig.mask_token_id) "
+                          "to decode with a diffusion sampler")
+    if mc.attention != "bidirectional":
+        raise ConfigError(f"this sampler decodes bidirectional diffusion models; the model's attention "
+                          f"is {mc.attention!r}")
+    if prompt_len + config.gen_length > mc.max_position:
+        raise ConfigError(f"prompt ({prompt_len} tokens after bucketing) + gen_length ({config.gen_length}) "
+                          f"exceeds the model's max_position ({mc.max_position})")
+    if config.stop_at_eos and mc.eos_token_id is None:
+        raise ConfigError("stop_at_eos needs the model config's eos_token_id")
+    if config.policy == "prophet" and config.cache != "none":
+        raise ConfigError("policy='prophet' reads the whole answer's logits; use cache='none'")
+
+
+def _forward(model: Transformer, state: SamplerState, seg, positions, lay: _Layout, config: SamplerConfig):
+    """One model pass for the current block. Returns (block logits `[B, bl, V]`, answer logits
+    `[B, G, V]` or None, cache, forward passes per active row)."""
+    bl, G, Lp, T, shift = config.block_length, config.gen_length, lay.prompt_len, lay.total, lay.shift
+    block_start = Lp + state.block * bl
+    spec = MaskSpec(kind="bidirectional", q_segment_ids=seg, kv_segment_ids=seg)
+
+    if config.cache == "none":
+        canvas = state.canvas
+        if config.cfg_scale > 0:  # unconditional copy: the prompt replaced by MASK
+            uncond = jnp.where(jnp.arange(T) < Lp, lay.mask_id, canvas)
+            canvas = jnp.concatenate([canvas, uncond])
+            spec = MaskSpec(kind="bidirectional", q_segment_ids=jnp.concatenate([seg, seg]),
+                            kv_segment_ids=jnp.concatenate([seg, seg]))
+            positions = jnp.concatenate([positions, positions])
+        if config.policy == "prophet":
+            logits = model(canvas, positions, spec, logits_slice=(Lp - shift, G))
+        else:
+            logits = model(canvas, positions, spec, logits_slice=(block_start - shift, bl))
+        if config.cfg_scale > 0:
+            cond, un = jnp.split(logits, 2)
+            logits = un + (config.cfg_scale + 1.0) * (cond - un)
+        if config.policy == "prophet":
+            block_logits = jax.lax.dynamic_slice_in_dim(logits, state.block * bl, bl, axis=1)
+            return block_logits, logits, None, 2 if config.cfg_scale > 0 else 1
+        return logits, None, None, 2 if config.cfg_scale > 0 else 1
+
+    refresh = state.block_step == 0
+    if config.cache_refresh_every_step:
+        refresh = jnp.bool_(True)
+
+    def full(cache):
+        return model(state.canvas, positions, spec, cache, logits_slice=(block_start - shift, bl))
+
+    if config.cache == "dual":
+        def cached(cache):  # only the block (and, shifted, the token before it); the rest is cached
+            start = block_start - shift
+            ids = jax.lax.dynamic_slice_in_dim(state.canvas, start, bl + shift, axis=1)
+            pos = jax.lax.dynamic_slice_in_dim(positions, start, bl + shift, axis=1)
+            q_seg = jax.lax.dynamic_slice_in_dim(seg, start, bl + shift, axis=1)
+            return model(ids, pos, MaskSpec(kind="bidirectional", q_offset=start, q_segment_ids=q_seg),
+                         cache, logits_slice=(0, bl))
+    else:  # prefix: the block and everything after it, as a fixed window of G (+ shift) tokens
+        def cached(cache):
+            width = G + shift
+            start = block_start - shift
+            pad = jnp.full((state.canvas.shape[0], G), lay.mask_id, state.canvas.dtype)
+            ids = jax.lax.dynamic_slice_in_dim(jnp.concatenate([state.canvas, pad], 1), start, width, axis=1)
+            pos_ext = jnp.concatenate([positions, positions[:, -1:] + 1 + jnp.arange(G)], 1)
+            pos = jax.lax.dynamic_slice_in_dim(pos_ext, start, width, axis=1)
+            seg_ext = jnp.concatenate([seg, jnp.zeros_like(pad)], 1)  # window tail past T: invisible
+            q_seg = jax.lax.dynamic_slice_in_dim(seg_ext, start, width, axis=1)
+            return model(ids, pos, MaskSpec(kind="bidirectional", q_offset=start, q_segment_ids=q_seg),
+                         cache, logits_slice=(0, bl))
+
+    logits, cache = jax.lax.cond(refresh, full, cached, state.cache)
+    return logits, None, cache, 1
+
+
+def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
+          config: SamplerConfig) -> SamplerState:
+    """One loop iteration: forward, commit, bookkeeping."""
+    bl, Lp, G = config.block_length, lay.prompt_len, config.gen_length
+    block_start = Lp + state.block * bl
+    logits, answer_logits, cache, passes = _forward(model, state, seg, positions, lay, config)
+
+    block_tokens = jax.lax.dynamic_slice_in_dim(state.canvas, block_start, bl, axis=1)
+    candidates = (block_tokens == lay.mask_id) & ~state.done[:, None]
+    active = candidates.any(axis=1)
+    nfe = state.nfe + passes * active.astype(jnp.int32)
+    ctx = policies.StepContext(config, state.block_step, jax.random.fold_in(state.key, state.step),
+                               state.policy_state, lay.eos_eot)
+    decision = policies.POLICY_FNS[config.policy](logits, candidates, ctx)
+
+    new_block = jnp.where(decision.commit, decision.tokens, block_tokens)
+    canvas = jax.lax.dynamic_update_slice_in_dim(state.canvas, new_block, block_start, axis=1)
+    old_steps = jax.lax.dynamic_slice_in_dim(state.commit_step, block_start, bl, axis=1)
+    commit_step = jax.lax.dynamic_update_slice_in_dim(
+        state.commit_step, jnp.where(decision.commit, nfe[:, None], old_steps), block_start, axis=1)
+    done = state.done
+    gen = jnp.arange(lay.total) >= Lp
+
+    if config.policy == "prophet":  # early commit: fill every mask of the answer with its argmax
+        gap = policies.prophet_gap(answer_logits)
+        early = active & (gap >= policies.prophet_threshold(config, state.block * config.steps_per_block
+                                                                 + state.block_step))
+        fill = jnp.argmax(answer_logits, axis=-1).astype(canvas.dtype)
+        fill = jnp.concatenate([jnp.zeros((canvas.shape[0], Lp), canvas.dtype), fill], 1)
+        to_fill = early[:, None] & gen[None] & (canvas == lay.mask_id)
+        canvas = jnp.where(to_fill, fill, canvas)
+        commit_step = jnp.where(to_fill, nfe[:, None], commit_step)
+        done = done | early
+
+    if config.stop_at_eos:  # done once EOS is committed with nothing undecided before it
+        is_eos = gen[None] & (canvas == lay.eos_id)
+        first_eos = jnp.where(is_eos.any(1), jnp.argmax(is_eos, axis=1), lay.total)
+        undecided_before = (gen[None] & (canvas == lay.mask_id)
+                            & (jnp.arange(lay.total)[None] < first_eos[:, None])).any(1)
+        stop = is_eos.any(1) & ~undecided_before & ~done
+        to_fill = stop[:, None] & (canvas == lay.mask_id)
+        canvas = jnp.where(to_fill, lay.eos_id, canvas)
+        commit_step = jnp.where(to_fill, nfe[:, None], commit_step)
+        done = done | stop
+
+    remaining = jax.lax.dynamic_slice_in_dim(canvas, block_start, bl, axis=1) == lay.mask_id
+    block_full = ~(remaining & ~done[:, None]).any()
+    block = state.block + block_full.astype(jnp.int32)
+    done = done | (block >= config.num_blocks)
+    trajectory = state.trajectory
+    if config.max_trajectory:
+        slot = jnp.minimum(state.step, config.max_trajectory - 1)
+        trajectory = jnp.where(state.step < config.max_trajectory,
+                               trajectory.at[:, slot].set(canvas), trajectory)
+    return state.replace(
+        canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, step=state.step + 1,
+        block=block, block_step=jnp.where(block_full, 0, state.block_step + 1), cache=cache,
+        policy_state=decision.policy_state, trajectory=trajectory)
+
+
+def _init(model: Transformer, prompt, seg, key, lay: _Layout, config: SamplerConfig) -> SamplerState:
+    b = prompt.shape[0]
+    G, T, bl = config.gen_length, lay.total, config.block_length
+    canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
+    cache = None
+    if config.cache != "none":
+        # prefix windows reach G slots past the canvas; they stay empty (segment 0)
+        cache = KVCache.init(model.config, b, T + (G if config.cache == "prefix" else 0))
+    policy_state = (jnp.zeros((b, bl, model.config.vocab_size), jnp.float32)
+                    if config.policy == "credit" else jnp.zeros((), jnp.float32))
+    return SamplerState(
+        canvas=canvas, commit_step=jnp.zeros((b, T), jnp.int32), nfe=jnp.zeros((b,), jnp.int32),
+        done=jnp.zeros((b,), bool), step=jnp.int32(0), block=jnp.int32(0), block_step=jnp.int32(0),
+        key=key, cache=cache, policy_state=policy_state,
+        trajectory=jnp.full((b, config.max_trajectory, T), -1, jnp.int32))
+
+
+def _segments_and_positions(seg_prompt, G):
+    seg = jnp.concatenate([seg_prompt, jnp.ones((seg_prompt.shape[0], G), jnp.int32)], 1)
+    positions = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0)
+    return seg, positions
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
+def _generate_compiled(graphdef, params, prompt, seg_prompt, key, *, lay: _Layout, config: SamplerConfig):
+    model = nnx.merge(graphdef, params)
+    seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
+    state = _init(model, prompt, seg_prompt, key, lay, config)
+    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done),
+                               lambda s: _step(model, s, seg, positions, lay, config), state)
+    return state
+
+
+def _prepare(model: Transformer, input_ids, attention_mask, config: SamplerConfig):
+    ids = jnp.asarray(input_ids, jnp.int32)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
+    mask = jnp.ones_like(ids) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+    lp = ids.shape[1]
+    extra = -lp % config.prompt_bucket
+    validate(model, lp + extra, config)
+    mc = model.config
+    pad_id = mc.pad_token_id if mc.pad_token_id is not None else 0
+    ids = jnp.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id)
+    mask = jnp.pad(mask, ((0, 0), (extra, 0)))
+    eos_eot = tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None)
+    lay = _Layout(prompt_len=lp + extra, total=lp + extra + config.gen_length, mask_id=mc.mask_token_id,
+                  shift=int(mc.shift_logits), eos_eot=eos_eot, eos_id=mc.eos_token_id)
+    return ids, mask, lay, extra
+
+
+def _result(state: SamplerState, extra: int, config: SamplerConfig) -> GenerateResult:
+    return GenerateResult(
+        tokens=state.canvas[:, extra:], nfe=state.nfe, commit_step=state.commit_step[:, extra:],
+        trajectory=state.trajectory[:, :, extra:] if config.max_trajectory else None, steps=state.step)
+
+
+def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mask=None, *,
+             key: jax.Array | None = None) -> GenerateResult:
+    """Decode `gen_length` tokens after each prompt in one compiled call.
+
+    Args:
+      model: a bidirectional diffusion `Transformer` (LLaDA, Dream) with a `mask_token_id`.
+      input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
+      config: a `SamplerConfig` (see `SamplerConfig.preset`).
+      attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
+      key: PRNG key for temperature sampling and random remasking (default `PRNGKey(0)`).
+
+    Returns:
+      `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
+    """
+    ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
+    graphdef, params = nnx.split(model)
+    key = jax.random.PRNGKey(0) if key is None else key
+    state = _generate_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
+    return _result(state, extra, config)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
+def _init_compiled(graphdef, params, prompt, seg_prompt, key, *, lay, config):
+    return _init(nnx.merge(graphdef, params), prompt, seg_prompt, key, lay, config)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
+def _step_compiled(graphdef, params, state, seg_prompt, *, lay, config):
+    seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
+    return _step(nnx.merge(graphdef, params), state, seg, positions, lay, config)
+
+
+def generate_stepwise(model: Transformer, input_ids, config: SamplerConfig, attention_mask=None, *,
+                      key: jax.Array | None = None) -> GenerateResult:
+    """The same decoding as `generate`, driven by a Python loop that calls a jitted step and
+    reads `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
+    ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
+    graphdef, params = nnx.split(model)
+    key = jax.random.PRNGKey(0) if key is None else key
+    state = _init_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
+    while not bool(jnp.all(state.done)):
+        state = _step_compiled(graphdef, params, state, mask, lay=lay, config=config)
+    return _result(state, extra, config)
