@@ -1,5 +1,6 @@
 """The `jaxdllm` command line.
 
+  jaxdllm generate --model DIR --prompt TEXT [--preset NAME] [overrides]
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
 """
@@ -12,6 +13,68 @@ import sys
 from pathlib import Path
 
 from jaxdllm.models.config import DTYPES
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _sampler_config(args):
+    import dataclasses
+
+    from jaxdllm.models.config import ConfigError
+    from jaxdllm.sampler import SamplerConfig
+
+    overrides = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = _parse_value(value.strip())
+    for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    known = {f.name for f in dataclasses.fields(SamplerConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown sampler option(s) {unknown}; options: {sorted(known)}")
+    return SamplerConfig.preset(args.preset, **overrides)
+
+
+def _generate(args) -> int:
+    import time
+
+    import jax
+    import numpy as np
+
+    from jaxdllm.checkpoint.hf_config import CheckpointError
+    from jaxdllm.checkpoint.hf_io import from_pretrained
+    from jaxdllm.sampler import generate
+    from jaxdllm.tokenizer import Tokenizer
+
+    config = _sampler_config(args)  # bad options fail before any loading
+    if args.model is None:
+        raise CheckpointError("no --model given (a checkpoint directory with config.json, "
+                              "safetensors and tokenizer.json)")
+    model = from_pretrained(args.model)
+    tok = Tokenizer.from_pretrained(args.model)
+    if tok.chat_template and not args.no_chat:
+        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], tokenize=True)
+    else:
+        ids = tok.encode(args.prompt)
+    t0 = time.perf_counter()
+    out = generate(model, np.asarray([ids], np.int32), config, key=jax.random.PRNGKey(args.seed))
+    tokens = np.asarray(out.tokens[0, len(ids):])
+    seconds = time.perf_counter() - t0
+    print(tok.decode(tokens.tolist(), skip_special_tokens=True))
+    print(f"[nfe {int(out.nfe[0])} | {len(tokens)} tokens | {len(tokens) / int(out.nfe[0]):.2f} tokens/forward "
+          f"| {seconds:.2f}s incl. compile]", file=sys.stderr)
+    return 0
 
 
 def _inspect(args) -> int:
@@ -51,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxdllm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("generate", help="decode a prompt with a diffusion LLM")
+    p.add_argument("--model", default=None, help="checkpoint directory")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--preset", default="llada", help="sampler preset (see SamplerConfig.preset)")
+    p.add_argument("--gen-length", dest="gen_length", type=int)
+    p.add_argument("--block-length", dest="block_length", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--policy")
+    p.add_argument("--cache")
+    p.add_argument("--threshold", type=float)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other SamplerConfig field")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.set_defaults(func=_generate)
     p = sub.add_parser("inspect", help="show a checkpoint's config and parameter count")
     p.add_argument("path", help="Hugging Face checkpoint directory")
     p.add_argument("--load", action="store_true", help="also load every tensor and run one forward")

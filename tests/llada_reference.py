@@ -15,8 +15,12 @@ TINY = dict(d_model=48, n_heads=4, n_kv_heads=4, n_layers=2, mlp_hidden_size=96,
             max_sequence_length=256)
 
 
-def make_llada_checkpoint(path: Path, **overrides) -> dict[str, torch.Tensor]:
-    """Write config.json (LLaDA keys) and model.safetensors (LLaDA names); return the tensors."""
+def make_llada_checkpoint(path: Path, head_scale: float = 1.0, **overrides) -> dict[str, torch.Tensor]:
+    """Write config.json (LLaDA keys) and model.safetensors (LLaDA names); return the tensors.
+
+    `head_scale` multiplies the LM head: larger values give peaked (confident) predictions, so
+    that parallel-decoding policies commit several tokens per step.
+    """
     cfg = dict(TINY, **overrides)
     d, h, kvh, hidden, v = (cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"], cfg["mlp_hidden_size"],
                             cfg["embedding_size"])
@@ -33,7 +37,7 @@ def make_llada_checkpoint(path: Path, **overrides) -> dict[str, torch.Tensor]:
                   b + "ff_proj.weight": rnd(hidden, d), b + "up_proj.weight": rnd(hidden, d),
                   b + "ff_out.weight": rnd(d, hidden)})
     if not cfg["weight_tying"]:
-        w[p + "ff_out.weight"] = rnd(v, d)
+        w[p + "ff_out.weight"] = rnd(v, d) * head_scale
     path.mkdir(parents=True, exist_ok=True)
     cfg.update(model_type="llada", architectures=["LLaDAModelLM"],
                auto_map={"AutoModel": "modeling_llada.LLaDAModelLM"})

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
 from jaxdllm.attention import MaskSpec
@@ -56,11 +57,13 @@ class SamplerState:
 
 
 class GenerateResult(NamedTuple):
-    tokens: jax.Array        # [B, Lp + G]
-    nfe: jax.Array           # [B]
-    commit_step: jax.Array   # [B, Lp + G]
-    trajectory: jax.Array | None  # [B, max_trajectory, Lp + G] or None
-    steps: jax.Array         # loop iterations (forwards of the whole batch)
+    """Host (numpy) results of one generation."""
+
+    tokens: np.ndarray        # [B, Lp + G]
+    nfe: np.ndarray           # [B]
+    commit_step: np.ndarray   # [B, Lp + G]
+    trajectory: np.ndarray | None  # [B, max_trajectory, Lp + G] or None
+    steps: int                # loop iterations (forwards of the whole batch)
 
 
 class _Layout(NamedTuple):
@@ -157,6 +160,11 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
     bl, Lp, G = config.block_length, lay.prompt_len, config.gen_length
     block_start = Lp + state.block * bl
     logits, answer_logits, cache, passes = _forward(model, state, seg, positions, lay, config)
+    # MASK is never a prediction: a committed position must not stay masked (the published
+    # while-block-has-masks loops would never end, the fixed schedules would emit MASK).
+    logits = logits.at[..., lay.mask_id].set(-jnp.inf)
+    if answer_logits is not None:
+        answer_logits = answer_logits.at[..., lay.mask_id].set(-jnp.inf)
 
     block_tokens = jax.lax.dynamic_slice_in_dim(state.canvas, block_start, bl, axis=1)
     candidates = (block_tokens == lay.mask_id) & ~state.done[:, None]
@@ -239,16 +247,20 @@ def _generate_compiled(graphdef, params, prompt, seg_prompt, key, *, lay: _Layou
     model = nnx.merge(graphdef, params)
     seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
     state = _init(model, prompt, seg_prompt, key, lay, config)
-    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done),
+    # Every iteration commits at least one token of every active row, so G + blocks
+    # iterations always suffice; the bound only guards against a policy bug.
+    limit = config.gen_length + config.num_blocks
+    state = jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
                                lambda s: _step(model, s, seg, positions, lay, config), state)
     return state
 
 
 def _prepare(model: Transformer, input_ids, attention_mask, config: SamplerConfig):
-    ids = jnp.asarray(input_ids, jnp.int32)
+    # Prompts are host data: pad them with numpy so no eager device op (and no compile) runs.
+    ids = np.asarray(input_ids, np.int32)
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
-    mask = jnp.ones_like(ids) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
+    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     if mask.shape != ids.shape:
         raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
     lp = ids.shape[1]
@@ -256,8 +268,8 @@ def _prepare(model: Transformer, input_ids, attention_mask, config: SamplerConfi
     validate(model, lp + extra, config)
     mc = model.config
     pad_id = mc.pad_token_id if mc.pad_token_id is not None else 0
-    ids = jnp.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id)
-    mask = jnp.pad(mask, ((0, 0), (extra, 0)))
+    ids = np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id)
+    mask = np.pad(mask, ((0, 0), (extra, 0)))
     eos_eot = tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None)
     lay = _Layout(prompt_len=lp + extra, total=lp + extra + config.gen_length, mask_id=mc.mask_token_id,
                   shift=int(mc.shift_logits), eos_eot=eos_eot, eos_id=mc.eos_token_id)
@@ -265,9 +277,13 @@ def _prepare(model: Transformer, input_ids, attention_mask, config: SamplerConfi
 
 
 def _result(state: SamplerState, extra: int, config: SamplerConfig) -> GenerateResult:
+    """Fetch the outputs in one transfer and drop the bucket padding on the host (slicing on
+    the device would compile a kernel per prompt length)."""
+    canvas, commit_step, nfe, trajectory, steps = jax.device_get(
+        (state.canvas, state.commit_step, state.nfe, state.trajectory, state.step))
     return GenerateResult(
-        tokens=state.canvas[:, extra:], nfe=state.nfe, commit_step=state.commit_step[:, extra:],
-        trajectory=state.trajectory[:, :, extra:] if config.max_trajectory else None, steps=state.step)
+        tokens=canvas[:, extra:], nfe=nfe, commit_step=commit_step[:, extra:],
+        trajectory=trajectory[:, :, extra:] if config.max_trajectory else None, steps=int(steps))
 
 
 def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mask=None, *,
@@ -310,6 +326,7 @@ def generate_stepwise(model: Transformer, input_ids, config: SamplerConfig, atte
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(0) if key is None else key
     state = _init_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
-    while not bool(jnp.all(state.done)):
+    limit = config.gen_length + config.num_blocks
+    while not bool(jnp.all(state.done)) and int(state.step) < limit:
         state = _step_compiled(graphdef, params, state, mask, lay=lay, config=config)
     return _result(state, extra, config)

@@ -113,8 +113,7 @@ def factor(logits, candidates, ctx: StepContext) -> Commit:
 def entropy(logits, candidates, ctx: StepContext) -> Commit:
     """dParallel: the lowest-entropy candidate plus every candidate with entropy <= tau."""
     tokens, _ = _greedy(logits, ctx)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    ent = jnp.sum(jax.scipy.special.entr(jax.nn.softmax(logits, axis=-1)), axis=-1)  # 0 log 0 = 0
     top = rank_among(-ent, candidates) == 0
     return Commit(candidates & (top | (ent <= ctx.config.entropy_threshold)), tokens, ctx.policy_state)
 

@@ -1,0 +1,186 @@
+"""Properties of the compiled sampler that need no external reference: padding invariance,
+cache refresh exactness, one compiled loop, stepwise equality, EOS stop, trajectories, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdllm
+from jaxdllm import ConfigError, SamplerConfig
+from sampler_fixtures import MASK_ID, prompts, tiny_llada
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_llada(tmp_path_factory.mktemp("llada"))[0]
+
+
+def cfg(**kw):
+    base = dict(gen_length=16, block_length=8, steps=8, prompt_bucket=8)
+    return SamplerConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("policy", ["llada", "threshold", "entropy", "credit"])
+def test_batch_of_different_prompt_lengths_equals_each_row_alone(model, policy):
+    ids, mask, rows = prompts([3, 7, 5], seed=1)
+    config = cfg(policy=policy)
+    batch = jaxdllm.generate(model, ids, config, attention_mask=mask)
+    width = ids.shape[1]
+    for i, row in enumerate(rows):
+        alone = jaxdllm.generate(model, row[None], config)
+        np.testing.assert_array_equal(np.asarray(batch.tokens[i, width:]), np.asarray(alone.tokens[0, len(row):]))
+        assert int(batch.nfe[i]) == int(alone.nfe[0])
+        np.testing.assert_array_equal(np.asarray(batch.commit_step[i, width:]),
+                                      np.asarray(alone.commit_step[0, len(row):]))
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+@pytest.mark.parametrize("policy", ["threshold", "llada"])
+def test_cache_refreshed_every_step_equals_no_cache(model, cache, policy):
+    ids, mask, _ = prompts([4, 6], seed=2)
+    exact = jaxdllm.generate(model, ids, cfg(policy=policy), attention_mask=mask)
+    refreshed = jaxdllm.generate(model, ids, cfg(policy=policy, cache=cache, cache_refresh_every_step=True),
+                                 attention_mask=mask)
+    np.testing.assert_array_equal(np.asarray(refreshed.tokens), np.asarray(exact.tokens))
+    np.testing.assert_array_equal(np.asarray(refreshed.nfe), np.asarray(exact.nfe))
+    approx = jaxdllm.generate(model, ids, cfg(policy=policy, cache=cache), attention_mask=mask)
+    assert not (np.asarray(approx.tokens) == MASK_ID).any()  # approximate, but complete
+
+
+def test_every_policy_fills_the_canvas_and_counts(model):
+    ids, mask, _ = prompts([5, 5], seed=3)
+    for policy in ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "prophet"):
+        r = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=16, policy=policy), attention_mask=mask)
+        tokens, steps, nfe = np.asarray(r.tokens), np.asarray(r.commit_step), np.asarray(r.nfe)
+        assert not (tokens == MASK_ID).any(), policy
+        assert (steps[:, :5] == 0).all() and (steps[:, 5:] >= 1).all(), policy
+        assert (steps.max(1) == nfe).all(), policy
+        if policy == "llada":
+            assert (nfe == 16).all()
+            per_step = [np.bincount(s[5:], minlength=17)[1:] for s in steps]
+            assert all((c == 2).all() for c in per_step)  # 8-token blocks, 4 steps each: 2 per step
+        if policy == "prophet":
+            assert (nfe <= 16).all()
+
+
+def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model):
+    config = cfg(policy="threshold")
+    ids_a, mask_a, _ = prompts([5, 7], seed=4)
+    ids_b, mask_b, _ = prompts([2, 8], seed=5)  # different lengths, same 8-token bucket
+    graphdef, params = jax.tree.map(lambda x: x, jaxdllm.sampler.engine.nnx.split(model))
+    jaxdllm.generate(model, ids_a, config, attention_mask=mask_a)
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *_args, **_kw: compiles.append(name) if "backend_compile" in name else None)
+    jaxdllm.generate(model, ids_b, config, attention_mask=mask_b)
+    assert not compiles, compiles
+    # the whole generation is one jitted computation holding a single while loop, no host callbacks
+    from jaxdllm.sampler import engine
+    ids, mask, lay, _ = engine._prepare(model, ids_b, mask_b, config)
+    jaxpr = jax.make_jaxpr(lambda p, i, m: engine._generate_compiled(
+        graphdef, p, i, m, jax.random.PRNGKey(0), lay=lay, config=config))(params, ids, mask)
+    prims = [str(e.primitive) for e in jaxpr.jaxpr.eqns]
+    inner = [p for p in prims if p == "pjit" or p == "jit"]
+    assert len(inner) == 1
+    text = str(jaxpr)
+    assert text.count("while[") == 1 and "callback" not in text
+
+
+def test_stepwise_python_loop_equals_compiled_loop(model):
+    ids, mask, _ = prompts([3, 6], seed=6)
+    for config in (cfg(policy="threshold", cache="dual"), cfg(policy="llada")):
+        a = jaxdllm.generate(model, ids, config, attention_mask=mask)
+        b = jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask)
+        np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+        np.testing.assert_array_equal(np.asarray(a.nfe), np.asarray(b.nfe))
+
+
+def test_stop_at_eos(tmp_path):
+    """Declare the token the model emits most as EOS: rows stop at its first commit with
+    nothing undecided before it, and the rest of the row is EOS."""
+    model, _, _ = tiny_llada(tmp_path)
+    ids, mask, _ = prompts([4, 6], seed=7)
+    width = ids.shape[1]
+    plain = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=32), attention_mask=mask)
+    assert (plain.nfe == 32).all()
+    eos = int(np.bincount(plain.tokens[:, width:].ravel()).argmax())
+    model = jaxdllm.from_pretrained(tmp_path, eos_token_id=eos)
+    stopped = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=32, stop_at_eos=True), attention_mask=mask)
+    assert (stopped.nfe < 32).all()
+    for row in range(2):
+        gen, steps = stopped.tokens[row, width:], stopped.commit_step[row, width:]
+        ref = plain.tokens[row, width:]
+        stop = int(stopped.nfe[row])
+        assert not (gen == MASK_ID).any() and steps.max() == stop
+        # identical to the full run before the stop; at the stop, undecided positions became EOS
+        np.testing.assert_array_equal(gen[steps < stop], ref[steps < stop])
+        at_stop = steps == stop
+        assert ((gen[at_stop] == ref[at_stop]) | (gen[at_stop] == eos)).all()
+        first = int(np.argmax(gen == eos))
+        assert (gen == eos).any() and (steps[:first] <= stop).all()
+
+
+def test_trajectory_records_each_step(model):
+    ids, mask, _ = prompts([5], seed=8)
+    r = jaxdllm.generate(model, ids, cfg(policy="llada", max_trajectory=8))
+    traj = np.asarray(r.trajectory)
+    assert traj.shape == (1, 8, ids.shape[1] + 16)
+    masks = (traj == MASK_ID).sum(-1)[0]
+    np.testing.assert_array_equal(masks, 16 - 2 * np.arange(1, 9))
+    np.testing.assert_array_equal(traj[0, -1], np.asarray(r.tokens[0]))
+    short = jaxdllm.generate(model, ids, cfg(policy="llada", max_trajectory=3))
+    np.testing.assert_array_equal(np.asarray(short.trajectory[0]), traj[0, :3])
+
+
+def test_temperature_samples_follow_the_softmax(model):
+    """One masked token, T = 1: Gumbel-max sampling frequencies match softmax(logits)."""
+    prompt = np.asarray(prompts([6], seed=9)[0])
+    n = 4000
+    config = cfg(gen_length=1, block_length=1, steps=1, temperature=1.0)
+    r = jaxdllm.generate(model, np.repeat(prompt, n, 0), config, key=jax.random.PRNGKey(3))
+    canvas = np.concatenate([prompt, [[MASK_ID]]], 1)
+    probs = np.asarray(jax.nn.softmax(model(jnp.asarray(canvas))[0, -1]))
+    counts = np.bincount(np.asarray(r.tokens[:, -1]), minlength=probs.size) / n
+    assert np.abs(counts - probs).max() < 4 * np.sqrt(probs.max() * (1 - probs.max()) / n) + 1e-3
+    greedy = jaxdllm.generate(model, prompt, config.replace(temperature=0.0))
+    assert int(greedy.tokens[0, -1]) == int(probs.argmax())
+
+
+def test_random_remasking_keeps_the_schedule(model):
+    ids, _, _ = prompts([5], seed=10)
+    a = jaxdllm.generate(model, ids, cfg(remasking="random"), key=jax.random.PRNGKey(0))
+    b = jaxdllm.generate(model, ids, cfg(remasking="random"), key=jax.random.PRNGKey(1))
+    for r in (a, b):
+        assert (np.bincount(np.asarray(r.commit_step[0, 5:]))[1:] == 2).all()
+    assert not np.array_equal(np.asarray(a.commit_step), np.asarray(b.commit_step))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(gen_length=20, block_length=8), r"gen_length \(20\) must be a multiple of block_length \(8\)"),
+    (dict(steps=7), r"steps \(7\) must be a multiple of the number of blocks"),
+    (dict(cache="paged"), "cache must be one of"),
+    (dict(policy="greedy"), "policy must be one of"),
+    (dict(threshold=1.5), r"threshold must be in \(0, 1\]"),
+    (dict(cfg_scale=1.0, cache="dual"), "cfg_scale > 0 is supported with cache='none' only"),
+])
+def test_invalid_sampler_configs(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg(**kwargs)
+
+
+def test_unknown_preset():
+    with pytest.raises(ConfigError, match="unknown sampler preset 'fast'"):
+        SamplerConfig.preset("fast")
+    assert SamplerConfig.preset("fast-dllm-dual").cache == "dual"
+
+
+def test_bad_prompts_fail_before_compiling(model):
+    with pytest.raises(ConfigError, match=r"exceeds the model's max_position \(256\)"):
+        jaxdllm.generate(model, np.zeros((1, 250), np.int32), cfg(gen_length=16))
+    no_mask = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada", mask_token_id=None),
+                                  rngs=jaxdllm.sampler.engine.nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="has no mask_token_id"):
+        jaxdllm.generate(no_mask, np.zeros((1, 4), np.int32), cfg())
+    with pytest.raises(ValueError, match="attention_mask shape"):
+        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), attention_mask=np.ones((1, 3)))
