@@ -1,0 +1,179 @@
+"""Sampler speed, side by side in one process on the same random LLaDA-shaped weights:
+
+  (a) `jaxdllm.generate`: the whole generation in one compiled while_loop;
+  (b) `jaxdllm.generate_stepwise`: a Python loop calling a jitted step (one dispatch + host
+      sync per step);
+  (c) the PyTorch eager port of the published algorithm (`sampling/torch_port.py`) on a
+      torch LLaDA loaded from the same checkpoint.
+
+    python sampling/benchmark_sampler.py [--out results/sampler_benchmark] [--quick]
+
+Writes `<out>.json` and `<out>.png`. Tokens/s counts generated tokens (batch x gen_length)
+over wall time after one warm-up call (compile time is reported separately). The FLOP rate of
+(a) is compared with this machine's measured fp32 matmul peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jaxdllm  # noqa: E402
+from jaxdllm import ModelConfig, SamplerConfig, Transformer  # noqa: E402
+
+MODEL = dict(vocab_size=4096, embed_dim=256, num_layers=4, num_heads=4, num_kv_heads=4, head_dim=64,
+             mlp_dim=768, attention="bidirectional", checkpoint_format="llada", model_type="llada",
+             max_position=1024, mask_token_id=4095, eos_token_id=4094, pad_token_id=4094)
+HEAD_SCALE = 12.0  # sharpen the random LM head so the threshold policy commits several tokens/step
+PROMPT_LEN = 32
+
+
+def build_checkpoint(path: Path) -> Path:
+    model = Transformer(ModelConfig.preset("tiny-llada", **MODEL), rngs=nnx.Rngs(0))
+    model.lm_head.set_value(model.lm_head[...] * HEAD_SCALE)
+    jaxdllm.save_pretrained(model, path)
+    return path
+
+
+def matmul_peak_flops(n: int = 1024, repeats: int = 20) -> float:
+    """Measured fp32 matmul FLOP/s of this machine through XLA."""
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        out = f(a)
+    out.block_until_ready()
+    return 2 * n ** 3 * repeats / (time.perf_counter() - t0)
+
+
+def forward_flops(config: ModelConfig, tokens: int, logits_positions: int) -> float:
+    """Matmul FLOPs of one forward over `tokens` positions (LM head on `logits_positions`)."""
+    c = config
+    per_token = 2 * (c.embed_dim * c.head_dim * (c.num_heads + 2 * c.num_kv_heads)
+                     + c.num_heads * c.head_dim * c.embed_dim + 3 * c.embed_dim * c.mlp_dim) * c.num_layers
+    attention = 4 * c.num_layers * tokens * tokens * c.num_heads * c.head_dim
+    return per_token * tokens + attention + 2 * c.embed_dim * c.vocab_size * logits_positions
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: int):
+    """The eager port, one row at a time (as the published batch-1 code runs)."""
+    import torch
+
+    from torch_port import generate as torch_generate
+
+    policy = {"llada": "low_confidence"}.get(config.policy, config.policy)
+    nfe = []
+    with torch.inference_mode():
+        for row in prompts:
+            out = torch_generate(lambda x: torch_model(x), torch.as_tensor(row[None], dtype=torch.long),
+                                 gen_length=config.gen_length, block_length=config.block_length,
+                                 steps=config.steps, mask_id=mask_id, policy=policy, threshold=config.threshold)
+            nfe.append(out["nfe"])
+    return np.asarray(nfe)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/sampler_benchmark")
+    parser.add_argument("--quick", action="store_true", help="gen 128 only, batch 1 only")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--skip-torch", action="store_true")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from torch_llada import TorchLLaDA
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    peak = matmul_peak_flops()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_checkpoint(Path(tmp) / "llada")
+        model = jaxdllm.from_pretrained(path)
+        torch_model = TorchLLaDA.from_pretrained(path).eval()
+        mc = model.config
+        gens = [128] if args.quick else [128, 256]
+        batches = [1] if args.quick else [1, 8]
+        for gen in gens:
+            for policy in ("llada", "threshold"):
+                config = SamplerConfig(gen_length=gen, block_length=32, steps=gen, policy=policy,
+                                       prompt_bucket=PROMPT_LEN)
+                for batch in batches:
+                    prompts = np.random.RandomState(0).randint(0, 4000, (batch, PROMPT_LEN)).astype(np.int32)
+                    t0 = time.perf_counter()
+                    jaxdllm.generate(model, prompts, config)
+                    compile_a = time.perf_counter() - t0
+                    t_a, out_a = timed(lambda: jaxdllm.generate(model, prompts, config), args.repeats)
+                    jaxdllm.generate_stepwise(model, prompts, config)
+                    t_b, out_b = timed(lambda: jaxdllm.generate_stepwise(model, prompts, config), args.repeats)
+                    assert np.array_equal(out_a.tokens, out_b.tokens)
+                    t_c, nfe_c = (float("nan"), None)
+                    if not args.skip_torch:
+                        t_c, nfe_c = timed(lambda: torch_run(torch_model, prompts, config, mc.mask_token_id), 1)
+                    tokens = batch * gen
+                    flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, 32) * batch
+                    row = dict(gen_length=gen, policy=policy, batch=batch, nfe_mean=float(out_a.nfe.mean()),
+                               steps=out_a.steps, compile_s=compile_a,
+                               jax_loop_tok_s=tokens / t_a, jax_stepwise_tok_s=tokens / t_b,
+                               torch_eager_tok_s=tokens / t_c,
+                               speedup_vs_torch=t_c / t_a, speedup_vs_stepwise=t_b / t_a,
+                               torch_nfe_mean=None if nfe_c is None else float(nfe_c.mean()),
+                               jax_loop_flops=flops / t_a, fraction_of_matmul_peak=flops / t_a / peak)
+                    rows.append(row)
+                    print(json.dumps(row))
+    result = {"device": str(jax.devices()[0]), "matmul_peak_flops": peak, "model": MODEL,
+              "head_scale": HEAD_SCALE, "prompt_len": PROMPT_LEN, "rows": rows,
+              "torch_threads": torch.get_num_threads()}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    return 0
+
+
+def plot(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['policy']}\nG{r['gen_length']} B{r['batch']}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    for i, (key, name) in enumerate([("jax_loop_tok_s", "jaxdllm.generate (one while_loop)"),
+                                     ("jax_stepwise_tok_s", "Python loop + jitted step"),
+                                     ("torch_eager_tok_s", "PyTorch eager port")]):
+        ax.bar(x + (i - 1) * 0.27, [r[key] for r in rows], 0.27, label=name)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("generated tokens / s (CPU)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("Sampler throughput, tiny LLaDA-shaped model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""PyTorch eager port of published diffusion-LLM decoding policies (batch 1, plain Python loops).
+
+This is the independent reference that jaxdllm's compiled sampler is tested against, and the
+"PyTorch baseline" of `sampling/benchmark_sampler.py`. It follows the published samplers'
+structure (semi-autoregressive blocks over the generation region, one full-canvas forward per
+step) and is written from `shared/reference/algorithms.md`, sections 1-4.
+
+    out = generate(model_fn, prompt, gen_length=128, block_length=32, steps=128, mask_id=126336)
+    out["tokens"]        # [1, Lp+G] long
+    out["nfe"]           # model forward passes (a CFG step counts 2)
+    out["commit_step"]   # [1, Lp+G] long: NFE counter at the forward that committed each token
+
+Policies: "low_confidence" (LLaDA), "random" (LLaDA), "prophet" (early commit on the LLaDA
+schedule), "threshold" and "factor" (Fast-dLLM), "entropy" (dParallel), "local_leap",
+"credit" (CreditDecoding). The first three run a fixed `steps // num_blocks` forwards per
+block; the others decode each block until it has no mask left, at least one token per forward.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+SCHEDULE_POLICIES = ("low_confidence", "random", "prophet")
+UNTIL_FULL_POLICIES = ("threshold", "factor", "entropy", "local_leap", "credit")
+POLICIES = SCHEDULE_POLICIES + UNTIL_FULL_POLICIES
+
+
+# ----------------------------------------------------------------------------- model calls
+
+def shift_logits_right(logits: torch.Tensor) -> torch.Tensor:
+    """`[1, L, V]` -> `[1, L, V]` where row i is the old row i-1 (row 0 keeps its own).
+
+    For token-shifted models (Dream, Fast-dLLM v2) the logit at i-1 predicts token i.
+    """
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def forward_logits(model_fn: Callable, x: torch.Tensor, prompt_len: int, mask_id: int,
+                   cfg_scale: float, shift: bool) -> tuple[torch.Tensor, int]:
+    """Logits `[1, L, V]` float32 for canvas x `[1, L]`, and the number of forwards it took.
+
+    With cfg_scale > 0 a second, unconditional forward sees the prompt replaced by mask_id,
+    and the two are combined as `un + (cfg + 1) * (cond - un)`.
+    """
+    def call(ids):
+        out = model_fn(ids).float()
+        return shift_logits_right(out) if shift else out
+
+    cond = call(x)
+    if cfg_scale <= 0:
+        return cond, 1
+    un_x = x.clone()
+    un_x[:, :prompt_len] = mask_id
+    un = call(un_x)
+    return un + (cfg_scale + 1) * (cond - un), 2
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+    """x0 `[..., ]` = argmax over the last axis of logits `[..., V]`, Gumbel-noised if T > 0.
+
+    The Gumbel-max form `exp(l) / (-log u)^T` in float64 samples softmax(l / T) (published form).
+    """
+    if temperature <= 0:
+        return logits.argmax(-1)
+    l64 = logits.double()
+    u = torch.rand(l64.shape, dtype=torch.float64, device=l64.device, generator=generator)
+    return (l64.exp() / (-torch.log(u)) ** temperature).argmax(-1)
+
+
+def token_confidence(logits: torch.Tensor, x0: torch.Tensor, suppress_ids=()) -> torch.Tensor:
+    """conf `[L]` float64 = softmax(logits `[L, V]`)[x0] with the ids in suppress_ids at -inf.
+
+    Suppressing EOS/EoT makes positions that predict them score 0, so they are committed last;
+    x0 itself is not changed.
+    """
+    l64 = logits.double()
+    if suppress_ids:
+        l64 = l64.clone()
+        l64[:, list(suppress_ids)] = -torch.inf
+    return torch.softmax(l64, -1).gather(-1, x0[:, None]).squeeze(-1)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H `[L]` float64 of softmax(logits `[L, V]`); log_softmax keeps p log p finite at p = 0."""
+    logp = torch.log_softmax(logits.double(), -1)
+    plogp = torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp))  # 0 log 0 = 0
+    return -plogp.sum(-1)
+
+
+# ----------------------------------------------------------------------------- commit rules
+# Each rule takes per-position scores `[L]` and the candidate mask `[L]` (still-masked positions
+# of the current block) and returns the bool mask `[L]` of positions to commit this step.
+
+def _best(score: torch.Tensor, cand: torch.Tensor, largest: bool = True) -> torch.Tensor:
+    """One-hot `[L]` bool at the best candidate by score (largest or smallest)."""
+    fill = -torch.inf if largest else torch.inf
+    idx = torch.where(cand, score, torch.full_like(score, fill))
+    idx = idx.argmax() if largest else idx.argmin()
+    out = torch.zeros_like(cand)
+    out[idx] = True
+    return out
+
+
+def select_topk(conf: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor:
+    """The k candidates with the highest conf (LLaDA low_confidence / random)."""
+    out = torch.zeros_like(cand)
+    if k > 0:
+        masked = torch.where(cand, conf, torch.full_like(conf, -torch.inf))
+        out[torch.topk(masked, k).indices] = True
+    return out
+
+
+def select_threshold(conf: torch.Tensor, cand: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Fast-dLLM threshold: the top-1 candidate plus every candidate with conf >= threshold."""
+    return _best(conf, cand) | (cand & (conf >= threshold))
+
+
+def select_factor(conf: torch.Tensor, cand: torch.Tensor, factor: float) -> torch.Tensor:
+    """Fast-dLLM factor: longest prefix of ranks n (1-based) with c_n >= 1 - factor/(n+1), >= 1.
+
+    The bound is applied at every rank, the last one included.
+    """
+    order = torch.argsort(torch.where(cand, conf, torch.full_like(conf, -torch.inf)), descending=True)
+    order = order[: int(cand.sum())]
+    ranks = torch.arange(1, len(order) + 1, dtype=torch.float64, device=conf.device)
+    ok = conf[order] >= 1 - factor / (ranks + 1)
+    # the prefix ends at the first rank that fails the bound
+    n = max(1, int(ok.long().cumprod(0).sum()))
+    out = torch.zeros_like(cand)
+    out[order[:n]] = True
+    return out
+
+
+def select_entropy(h: torch.Tensor, cand: torch.Tensor, entropy_threshold: float) -> torch.Tensor:
+    """dParallel: the lowest-entropy candidate plus every candidate with H <= entropy_threshold."""
+    return _best(h, cand, largest=False) | (cand & (h <= entropy_threshold))
+
+
+def select_local_leap(conf: torch.Tensor, cand: torch.Tensor, anchor: float, relaxed: float,
+                      radius: int) -> torch.Tensor:
+    """LocalLeap: candidates within `radius` of an anchor (conf >= anchor) need only `relaxed`.
+
+    Everything else needs `anchor`; the top-1 candidate is always committed.
+    """
+    anchors = torch.nonzero(cand & (conf >= anchor)).flatten()
+    pos = torch.arange(len(cand), device=cand.device)
+    near = torch.zeros_like(cand)
+    if len(anchors):
+        near = ((pos[:, None] - anchors[None, :]).abs() <= radius).any(-1)
+    passes = torch.where(near, conf >= relaxed, conf >= anchor)
+    return _best(conf, cand) | (cand & passes)
+
+
+def llada_schedule(masks: int, steps: int) -> list[int]:
+    """Tokens to commit at each of `steps` steps for a block with `masks` masks: as even as
+    possible, the first `masks % steps` steps taking one more."""
+    base, rem = divmod(masks, steps)
+    return [base + (1 if j < rem else 0) for j in range(steps)]
+
+
+def prophet_threshold(progress: float, thresholds) -> float:
+    """Gap threshold for a progress in [0, 1): strict early, lenient late."""
+    if progress < 1 / 3:
+        return thresholds[0]
+    return thresholds[1] if progress < 2 / 3 else thresholds[2]
+
+
+def top2_gap(logits: torch.Tensor) -> float:
+    """Mean over positions of (top1 - top2) logit, logits `[L, V]`."""
+    top = torch.topk(logits.double(), 2, dim=-1).values
+    return float((top[:, 0] - top[:, 1]).mean())
+
+
+class CreditState:
+    """CreditDecoding's per-block memory C `[block_length, V]` float64 of past top-1 evidence."""
+
+    def __init__(self, block_length: int, vocab: int, gamma: float, lam: float, alpha: float, device):
+        self.credit = torch.zeros(block_length, vocab, dtype=torch.float64, device=device)
+        self.gamma, self.lam, self.alpha = gamma, lam, alpha
+
+    def update(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw block logits z `[Lb, V]` -> (fused logits z' `[Lb, V]`, conf `[Lb]`) in float64.
+
+        C decays by gamma, then each position's current top-1 token earns p1 ** alpha; the fused
+        logits add lambda * log1p(C). conf = max of the raw and the fused top-1 probabilities.
+        """
+        z = z.double()
+        p1, top = torch.softmax(z, -1).max(-1)
+        self.credit.mul_(self.gamma)
+        rows = torch.arange(len(top), device=z.device)
+        self.credit[rows, top] += p1 ** self.alpha
+        fused = z + self.lam * torch.log1p(self.credit)
+        conf = torch.maximum(p1, torch.softmax(fused, -1).max(-1).values)
+        return fused, conf
+
+
+# ----------------------------------------------------------------------------- canvas
+
+class Canvas:
+    """The token canvas of one prompt: x `[L]`, commit_step `[L]` and the NFE counter."""
+
+    def __init__(self, prompt: torch.Tensor, gen_length: int, mask_id: int):
+        lp = prompt.shape[1]
+        self.prompt_len, self.mask_id = lp, mask_id
+        self.x = torch.cat([prompt[0].long(), torch.full((gen_length,), mask_id, dtype=torch.long,
+                                                         device=prompt.device)])
+        self.commit_step = torch.zeros_like(self.x)
+        self.nfe = 0
+
+    def masked(self, lo: int = None, hi: int = None) -> torch.Tensor:
+        """Bool `[L]`: positions in [lo, hi) (default: the generation region) still masked."""
+        lo = self.prompt_len if lo is None else lo
+        hi = len(self.x) if hi is None else hi
+        out = torch.zeros_like(self.x, dtype=torch.bool)
+        out[lo:hi] = self.x[lo:hi] == self.mask_id
+        return out
+
+    def commit(self, sel: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Write tokens `[L]` (or a scalar) at the positions of bool sel `[L]`, stamped with NFE."""
+        self.x = torch.where(sel, tokens, self.x)
+        self.commit_step = torch.where(sel, torch.full_like(self.x, self.nfe), self.commit_step)
+
+    def eos_done(self, eos_id: int) -> bool:
+        """True when a committed EOS at e has no mask before it in the generation region.
+
+        Checking the first committed EOS suffices: any later one has at least as many
+        positions before it.
+        """
+        gen = self.x[self.prompt_len:]
+        hits = torch.nonzero(gen == eos_id).flatten()
+        if not len(hits):
+            return False
+        return not bool((gen[: int(hits[0])] == self.mask_id).any())
+
+    def result(self) -> dict:
+        return dict(tokens=self.x[None].clone(), nfe=self.nfe, commit_step=self.commit_step[None].clone())
+
+
+# ----------------------------------------------------------------------------- generate
+
+@torch.no_grad()
+def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, policy="low_confidence",
+             temperature=0.0, cfg_scale=0.0, threshold=0.9, factor=1.0, entropy_threshold=0.5,
+             local_leap_anchor=0.9, local_leap_relaxed=0.75, local_leap_radius=4,
+             credit_threshold=0.95, credit_gamma=0.65, credit_lambda=0.70, credit_alpha=0.5,
+             prophet_thresholds=(7.5, 5.0, 2.5), eos_id=None, eot_id=None,
+             confidence_eos_eot_inf=False, stop_at_eos=False, shift_logits=False, generator=None) -> dict:
+    """Decode `gen_length` tokens after `prompt` `[1, Lp]` with `policy`.
+
+    `model_fn(x [1, L] long) -> logits [1, L, V]`. Returns dict(tokens `[1, Lp+G]`, nfe int,
+    commit_step `[1, Lp+G]`: 0 on the prompt, else the NFE count at the committing forward).
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {POLICIES}")
+    if prompt.dim() != 2 or prompt.shape[0] != 1:
+        raise ValueError(f"prompt must be [1, Lp], got {tuple(prompt.shape)}")
+    if block_length <= 0 or gen_length <= 0 or gen_length % block_length:
+        raise ValueError(f"gen_length {gen_length} must be a positive multiple of block_length {block_length}")
+    num_blocks = gen_length // block_length
+    if policy in SCHEDULE_POLICIES and (steps <= 0 or steps % num_blocks):
+        raise ValueError(f"steps {steps} must be a positive multiple of the number of blocks {num_blocks}")
+    if stop_at_eos and eos_id is None:
+        raise ValueError("stop_at_eos needs eos_id")
+    suppress = tuple(i for i in (eos_id, eot_id) if i is not None) if confidence_eos_eot_inf else ()
+    if confidence_eos_eot_inf and not suppress:
+        raise ValueError("confidence_eos_eot_inf needs eos_id and/or eot_id")
+
+    canvas = Canvas(prompt, gen_length, mask_id)
+    lp = canvas.prompt_len
+    steps_per_block = steps // num_blocks if policy in SCHEDULE_POLICIES else 0
+
+    def step_logits() -> torch.Tensor:
+        """One decoding step's logits `[L, V]` (counts its forwards)."""
+        logits, calls = forward_logits(model_fn, canvas.x[None], lp, mask_id, cfg_scale, shift_logits)
+        canvas.nfe += calls
+        return logits[0]
+
+    def finished_by_eos() -> bool:
+        """After a step's commits: on a completed answer, pad the rest with EOS and stop."""
+        if not (stop_at_eos and canvas.eos_done(eos_id)):
+            return False
+        canvas.commit(canvas.masked(), torch.tensor(eos_id, device=canvas.x.device))
+        return True
+
+    for b in range(num_blocks):
+        lo, hi = lp + b * block_length, lp + (b + 1) * block_length
+
+        if policy in SCHEDULE_POLICIES:
+            schedule = llada_schedule(int(canvas.masked(lo, hi).sum()), steps_per_block)
+            for j, k in enumerate(schedule):
+                logits = step_logits()
+                x0 = sample_tokens(logits, temperature, generator)
+                if policy == "prophet":
+                    # early commit: answer positions already agree with a wide logit margin
+                    progress = (b * steps_per_block + j) / steps
+                    if top2_gap(logits[lp:]) >= prophet_threshold(progress, prophet_thresholds):
+                        canvas.commit(canvas.masked(), x0)
+                        return canvas.result()
+                if policy == "random":
+                    conf = torch.rand(len(x0), dtype=torch.float64, device=x0.device, generator=generator)
+                else:
+                    conf = token_confidence(logits, x0, suppress)
+                canvas.commit(select_topk(conf, canvas.masked(lo, hi), k), x0)
+                if finished_by_eos():
+                    return canvas.result()
+            continue
+
+        credit = None  # reset per block; built at the first forward, which tells the vocab size
+        while bool(canvas.masked(lo, hi).any()):
+            logits = step_logits()
+            cand = canvas.masked(lo, hi)
+            if policy == "credit":
+                if credit is None:
+                    credit = CreditState(block_length, logits.shape[-1], credit_gamma, credit_lambda,
+                                         credit_alpha, logits.device)
+                fused, block_conf = credit.update(logits[lo:hi])
+                x0 = canvas.x.clone()
+                x0[lo:hi] = sample_tokens(fused, temperature, generator)
+                conf = torch.zeros(len(x0), dtype=torch.float64, device=x0.device)
+                conf[lo:hi] = block_conf
+                sel = cand & (conf >= credit_threshold)
+                if not bool(sel.any()):
+                    sel = _best(conf, cand)
+            else:
+                x0 = sample_tokens(logits, temperature, generator)
+                if policy == "entropy":
+                    h = torch.full((len(x0),), torch.inf, dtype=torch.float64, device=x0.device)
+                    h[lo:hi] = entropy(logits[lo:hi])  # only the block's candidates can win
+                    sel = select_entropy(h, cand, entropy_threshold)
+                else:
+                    conf = token_confidence(logits, x0, suppress)
+                    if policy == "threshold":
+                        sel = select_threshold(conf, cand, threshold)
+                    elif policy == "factor":
+                        sel = select_factor(conf, cand, factor)
+                    else:
+                        sel = select_local_leap(conf, cand, local_leap_anchor, local_leap_relaxed,
+                                                local_leap_radius)
+            canvas.commit(sel, x0)
+            if finished_by_eos():
+                return canvas.result()
+
+    return canvas.result()
