@@ -32,15 +32,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jaxdllm  # noqa: E402
 from jaxdllm import ModelConfig, SamplerConfig, Transformer  # noqa: E402
 
-MODEL = dict(vocab_size=4096, embed_dim=256, num_layers=4, num_heads=4, num_kv_heads=4, head_dim=64,
-             mlp_dim=768, attention="bidirectional", checkpoint_format="llada", model_type="llada",
-             max_position=1024, mask_token_id=4095, eos_token_id=4094, pad_token_id=4094)
-HEAD_SCALE = 12.0  # sharpen the random LM head so the threshold policy commits several tokens/step
+_LLADA = dict(attention="bidirectional", checkpoint_format="llada", model_type="llada", max_position=1024,
+              num_layers=4, bos_token_id=None, eot_token_id=None)
+# Two tiny LLaDA-shaped sizes: "tiny" is the size class of the models we train and ship
+# (per-step overhead matters), "small" is large enough that both frameworks are compute-bound.
+SIZES = {
+    "tiny": dict(_LLADA, vocab_size=512, embed_dim=128, num_heads=4, num_kv_heads=4, head_dim=32,
+                 mlp_dim=384, mask_token_id=511, eos_token_id=510, pad_token_id=510),
+    "small": dict(_LLADA, vocab_size=4096, embed_dim=256, num_heads=4, num_kv_heads=4, head_dim=64,
+                  mlp_dim=768, mask_token_id=4095, eos_token_id=4094, pad_token_id=4094),
+}
+HEAD_SCALE = 40.0  # sharpen the random LM head so the threshold policy commits several tokens/step
 PROMPT_LEN = 32
 
 
-def build_checkpoint(path: Path) -> Path:
-    model = Transformer(ModelConfig.preset("tiny-llada", **MODEL), rngs=nnx.Rngs(0))
+def build_checkpoint(path: Path, size: str) -> Path:
+    model = Transformer(ModelConfig.preset("tiny-llada", **SIZES[size]), rngs=nnx.Rngs(0))
     model.lm_head.set_value(model.lm_head[...] * HEAD_SCALE)
     jaxdllm.save_pretrained(model, path)
     return path
@@ -77,20 +84,53 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 
 
 def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: int):
-    """The eager port, one row at a time (as the published batch-1 code runs)."""
+    """The eager port in its batched form (the published loops run a batch of equal-length prompts)."""
     import torch
 
-    from torch_port import generate as torch_generate
+    from torch_port import generate_batch
 
     policy = {"llada": "low_confidence"}.get(config.policy, config.policy)
-    nfe = []
     with torch.inference_mode():
-        for row in prompts:
-            out = torch_generate(lambda x: torch_model(x), torch.as_tensor(row[None], dtype=torch.long),
-                                 gen_length=config.gen_length, block_length=config.block_length,
-                                 steps=config.steps, mask_id=mask_id, policy=policy, threshold=config.threshold)
-            nfe.append(out["nfe"])
-    return np.asarray(nfe)
+        out = generate_batch(torch_model, torch.as_tensor(prompts, dtype=torch.long),
+                             gen_length=config.gen_length, block_length=config.block_length,
+                             steps=config.steps, mask_id=mask_id, policy=policy, threshold=config.threshold)
+    return out["tokens"].numpy(), out["nfe"].numpy()
+
+
+def run_size(size, model, torch_model, args) -> list[dict]:
+    mc = model.config
+    rows = []
+    for gen in ([128] if args.quick else [128, 256]):
+        for policy in ("llada", "threshold"):
+            config = SamplerConfig(gen_length=gen, block_length=32, steps=gen, policy=policy,
+                                   prompt_bucket=PROMPT_LEN)
+            for batch in ([1] if args.quick else [1, 8]):
+                prompts = np.random.RandomState(0).randint(0, mc.vocab_size - 2, (batch, PROMPT_LEN)).astype(np.int32)
+                t0 = time.perf_counter()
+                jaxdllm.generate(model, prompts, config)
+                compile_a = time.perf_counter() - t0
+                t_a, out_a = timed(lambda: jaxdllm.generate(model, prompts, config), args.repeats)
+                jaxdllm.generate_stepwise(model, prompts, config)
+                t_b, out_b = timed(lambda: jaxdllm.generate_stepwise(model, prompts, config), args.repeats)
+                assert np.array_equal(out_a.tokens, out_b.tokens)
+                t_c, torch_out = float("nan"), None
+                if not args.skip_torch:
+                    t_c, torch_out = timed(lambda: torch_run(torch_model, prompts, config, mc.mask_token_id),
+                                           args.repeats)
+                tokens = batch * gen
+                flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, 32) * batch
+                row = dict(size=size, gen_length=gen, policy=policy, batch=batch,
+                           nfe_mean=float(out_a.nfe.mean()), steps=out_a.steps, compile_s=compile_a,
+                           jax_loop_tok_s=tokens / t_a, jax_stepwise_tok_s=tokens / t_b,
+                           torch_eager_tok_s=tokens / t_c, speedup_vs_torch=t_c / t_a,
+                           speedup_vs_stepwise=t_b / t_a,
+                           torch_nfe_mean=None if torch_out is None else float(torch_out[1].mean()),
+                           tokens_equal_torch=None if torch_out is None else bool(np.array_equal(
+                               torch_out[0], out_a.tokens)),
+                           jax_loop_flops=flops / t_a, fraction_of_matmul_peak=flops / t_a / args.peak)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
 
 
 def main(argv=None) -> int:
@@ -99,6 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="gen 128 only, batch 1 only")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--sizes", default="tiny,small", help="comma-separated model sizes: " + ",".join(SIZES))
     args = parser.parse_args(argv)
 
     import torch
@@ -106,43 +147,15 @@ def main(argv=None) -> int:
     from torch_llada import TorchLLaDA
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    peak = matmul_peak_flops()
+    peak = args.peak = matmul_peak_flops()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_checkpoint(Path(tmp) / "llada")
-        model = jaxdllm.from_pretrained(path)
-        torch_model = TorchLLaDA.from_pretrained(path).eval()
-        mc = model.config
-        gens = [128] if args.quick else [128, 256]
-        batches = [1] if args.quick else [1, 8]
-        for gen in gens:
-            for policy in ("llada", "threshold"):
-                config = SamplerConfig(gen_length=gen, block_length=32, steps=gen, policy=policy,
-                                       prompt_bucket=PROMPT_LEN)
-                for batch in batches:
-                    prompts = np.random.RandomState(0).randint(0, 4000, (batch, PROMPT_LEN)).astype(np.int32)
-                    t0 = time.perf_counter()
-                    jaxdllm.generate(model, prompts, config)
-                    compile_a = time.perf_counter() - t0
-                    t_a, out_a = timed(lambda: jaxdllm.generate(model, prompts, config), args.repeats)
-                    jaxdllm.generate_stepwise(model, prompts, config)
-                    t_b, out_b = timed(lambda: jaxdllm.generate_stepwise(model, prompts, config), args.repeats)
-                    assert np.array_equal(out_a.tokens, out_b.tokens)
-                    t_c, nfe_c = (float("nan"), None)
-                    if not args.skip_torch:
-                        t_c, nfe_c = timed(lambda: torch_run(torch_model, prompts, config, mc.mask_token_id), 1)
-                    tokens = batch * gen
-                    flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, 32) * batch
-                    row = dict(gen_length=gen, policy=policy, batch=batch, nfe_mean=float(out_a.nfe.mean()),
-                               steps=out_a.steps, compile_s=compile_a,
-                               jax_loop_tok_s=tokens / t_a, jax_stepwise_tok_s=tokens / t_b,
-                               torch_eager_tok_s=tokens / t_c,
-                               speedup_vs_torch=t_c / t_a, speedup_vs_stepwise=t_b / t_a,
-                               torch_nfe_mean=None if nfe_c is None else float(nfe_c.mean()),
-                               jax_loop_flops=flops / t_a, fraction_of_matmul_peak=flops / t_a / peak)
-                    rows.append(row)
-                    print(json.dumps(row))
-    result = {"device": str(jax.devices()[0]), "matmul_peak_flops": peak, "model": MODEL,
+    for size in args.sizes.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = build_checkpoint(Path(tmp) / "llada", size)
+            model = jaxdllm.from_pretrained(path)
+            torch_model = TorchLLaDA.from_pretrained(path).eval()
+            rows += run_size(size, model, torch_model, args)
+    result = {"device": str(jax.devices()[0]), "matmul_peak_flops": peak, "sizes": SIZES,
               "head_scale": HEAD_SCALE, "prompt_len": PROMPT_LEN, "rows": rows,
               "torch_threads": torch.get_num_threads()}
     out = Path(args.out)
@@ -159,7 +172,7 @@ def plot(rows, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['policy']}\nG{r['gen_length']} B{r['batch']}" for r in rows]
+    labels = [f"{r['size']} {r['policy']}\nG{r['gen_length']} B{r['batch']}" for r in rows]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
     for i, (key, name) in enumerate([("jax_loop_tok_s", "jaxdllm.generate (one while_loop)"),

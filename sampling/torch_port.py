@@ -343,3 +343,38 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
                 return canvas.result()
 
     return canvas.result()
+
+
+@torch.no_grad()
+def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_id, policy="low_confidence",
+                   threshold=0.9) -> dict:
+    """Batched form of the published loop (as LLaDA's and Fast-dLLM's own `generate` run a batch
+    of equal-length prompts): one forward of the whole `[B, Lp+G]` canvas per step, per-row
+    selection. Greedy, no CFG; policies "low_confidence" and "threshold". For benchmarks.
+
+    Returns dict(tokens [B, Lp+G], nfe [B]).
+    """
+    if policy not in ("low_confidence", "threshold"):
+        raise ValueError("generate_batch supports policy 'low_confidence' or 'threshold'")
+    b, lp = prompts.shape
+    x = torch.cat([prompts, torch.full((b, gen_length), mask_id, dtype=prompts.dtype)], dim=1)
+    nb = gen_length // block_length
+    nfe = torch.zeros(b, dtype=torch.long)
+    for blk in range(nb):
+        start, end = lp + blk * block_length, lp + (blk + 1) * block_length
+        schedule = llada_schedule(block_length, steps // nb) if policy == "low_confidence" else None
+        j = 0
+        while (x[:, start:end] == mask_id).any() if schedule is None else j < len(schedule):
+            logits = model_fn(x).float()[:, start:end]
+            x0 = logits.argmax(-1)
+            conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
+            for row in range(b):
+                cand = x[row, start:end] == mask_id
+                if not cand.any():
+                    continue
+                nfe[row] += 1
+                pick = (select_topk(conf[row], cand, schedule[j]) if schedule is not None
+                        else select_threshold(conf[row], cand, threshold))
+                x[row, start:end] = torch.where(pick, x0[row], x[row, start:end])
+            j += 1
+    return {"tokens": x, "nfe": nfe}
