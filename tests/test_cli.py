@@ -36,3 +36,37 @@ def test_readable_error_for_a_bad_directory(tmp_path):
     assert out.returncode == 2
     assert "jaxdllm inspect: error:" in out.stderr and "config.json is missing" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _tiny_llada_with_tokenizer(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from llada_reference import TINY, make_llada_checkpoint
+
+    make_llada_checkpoint(path, head_scale=15.0)
+    vocab = {f"w{i}": i for i in range(TINY["vocab_size"])}
+    vocab["<|mdm_mask|>"] = TINY["mask_token_id"]
+    del vocab[f"w{TINY['mask_token_id']}"]
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path / "tokenizer.json"))
+
+
+def test_generate_prints_text_and_nfe(tmp_path):
+    _tiny_llada_with_tokenizer(tmp_path)
+    out = _run("generate", "--model", str(tmp_path), "--prompt", "w1 w2 w3", "--preset", "fast-dllm-parallel",
+               "--gen-length", "16", "--block-length", "8", "--set", "prompt_bucket=8")
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert len(words) == 16 and all(w.startswith("w") for w in words)
+    assert "[nfe " in out.stderr and "16 tokens" in out.stderr
+
+
+def test_generate_bad_options_are_readable(tmp_path):
+    out = _run("generate", "--model", str(tmp_path), "--prompt", "x", "--gen-length", "20", "--block-length", "8")
+    assert out.returncode == 2 and "gen_length (20) must be a multiple of block_length (8)" in out.stderr
+    out = _run("generate", "--prompt", "x", "--set", "tempreature=1")
+    assert out.returncode == 2 and "unknown sampler option(s) ['tempreature']" in out.stderr
+    out = _run("generate", "--prompt", "x", "--preset", "nope")
+    assert out.returncode == 2 and "unknown sampler preset 'nope'" in out.stderr
+    assert "Traceback" not in out.stderr
