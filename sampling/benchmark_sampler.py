@@ -9,7 +9,8 @@
     python sampling/benchmark_sampler.py [--out results/sampler_benchmark] [--quick]
 
 Writes `<out>.json` and `<out>.png`. Tokens/s counts generated tokens (batch x gen_length)
-over wall time after one warm-up call (compile time is reported separately). The FLOP rate of
+over the best of `--repeats` wall times after one warm-up call; `first_call_s` is that warm-up
+call (compile plus one run). The FLOP rate of
 (a) is compared with this machine's measured fp32 matmul peak.
 """
 
@@ -97,9 +98,9 @@ def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: 
     return out["tokens"].numpy(), out["nfe"].numpy()
 
 
-def run_size(size, model, torch_model, args) -> list[dict]:
+def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) -> None:
+    """Append one row per (gen_length, policy, batch) to `rows`, calling `on_row` after each."""
     mc = model.config
-    rows = []
     for gen in ([128] if args.quick else [128, 256]):
         for policy in ("llada", "threshold"):
             config = SamplerConfig(gen_length=gen, block_length=32, steps=gen, policy=policy,
@@ -120,7 +121,7 @@ def run_size(size, model, torch_model, args) -> list[dict]:
                 tokens = batch * gen
                 flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, 32) * batch
                 row = dict(size=size, gen_length=gen, policy=policy, batch=batch,
-                           nfe_mean=float(out_a.nfe.mean()), steps=out_a.steps, compile_s=compile_a,
+                           nfe_mean=float(out_a.nfe.mean()), steps=out_a.steps, first_call_s=compile_a,
                            jax_loop_tok_s=tokens / t_a, jax_stepwise_tok_s=tokens / t_b,
                            torch_eager_tok_s=tokens / t_c, speedup_vs_torch=t_c / t_a,
                            speedup_vs_stepwise=t_b / t_a,
@@ -130,7 +131,7 @@ def run_size(size, model, torch_model, args) -> list[dict]:
                            jax_loop_flops=flops / t_a, fraction_of_matmul_peak=flops / t_a / args.peak)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    return rows
+                on_row()
 
 
 def main(argv=None) -> int:
@@ -154,7 +155,15 @@ def main(argv=None) -> int:
             path = build_checkpoint(Path(tmp) / "llada", size)
             model = jaxdllm.from_pretrained(path)
             torch_model = TorchLLaDA.from_pretrained(path).eval()
-            rows += run_size(size, model, torch_model, args)
+            run_size(size, model, torch_model, args, rows, on_row=lambda: write(rows, args, peak))
+    write(rows, args, peak)
+    return 0
+
+
+def write(rows, args, peak) -> None:
+    """(Re)write `<out>.json` and `<out>.png`; called after every row so a cut-off run keeps its data."""
+    import torch
+
     result = {"device": str(jax.devices()[0]), "matmul_peak_flops": peak, "sizes": SIZES,
               "head_scale": HEAD_SCALE, "prompt_len": PROMPT_LEN, "rows": rows,
               "torch_threads": torch.get_num_threads()}
@@ -162,8 +171,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
-    return 0
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}", flush=True)
 
 
 def plot(rows, path: Path) -> None:

@@ -378,3 +378,83 @@ def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_i
                 x[row, start:end] = torch.where(pick, x0[row], x[row, start:end])
             j += 1
     return {"tokens": x, "nfe": nfe}
+
+
+# ----------------------------------------------------------------------------- Dream
+
+def dream_sample(logits: torch.Tensor, alg: str, temperature: float, top_p, top_k, generator):
+    """Dream's token choice and confidence over logits `[N, V]`: (conf `[N]`, x0 `[N]`).
+
+    maskgit_plus: p(x0); topk_margin: p1 - p2; entropy: sum p log p (= -H).
+    """
+    if temperature > 0:
+        logits = logits / temperature
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = torch.softmax(sorted_logits, -1).cumsum(-1)
+        drop = cum > top_p
+        drop[..., 1:] = drop[..., :-1].clone()
+        drop[..., 0] = False
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), -torch.inf)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    probs = torch.softmax(logits.float(), -1)
+    if temperature > 0:
+        x0 = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        conf = probs.gather(-1, x0[:, None])[:, 0]
+    else:
+        conf, x0 = probs.max(-1)
+    if alg == "topk_margin":
+        top2 = torch.topk(probs, 2, -1).values
+        conf = top2[:, 0] - top2[:, 1]
+    elif alg == "entropy":
+        conf = (probs * torch.log(probs + 1e-10)).sum(-1)
+    return conf, x0
+
+
+@torch.no_grad()
+def generate_dream(model_fn, prompt, *, gen_length, steps, mask_id, alg="maskgit_plus", temperature=0.0,
+                   top_p=None, top_k=None, alg_temp=None, eps=1e-3, generator=None) -> dict:
+    """Dream's `diffusion_generate` for one prompt `[1, Lp]`: token-shifted logits, timesteps
+    `linspace(1, eps, steps + 1)` (float32), `int(M * (1 - s / t))` tokens per step (all of the
+    rest at the last step), chosen by confidence (top-k, or sampled from softmax(conf / alg_temp)).
+    `origin` reveals each mask with probability 1 - s/t instead.
+
+    Returns dict(tokens [1, Lp+G], nfe, commit_step [1, Lp+G]).
+    """
+    canvas = Canvas(prompt, gen_length, mask_id)
+    timesteps = torch.linspace(1, eps, steps + 1)
+    for i in range(steps):
+        masked = canvas.masked()
+        logits = shift_logits_right(model_fn(canvas.x[None]).float())[0]
+        canvas.nfe += 1
+        t, s = timesteps[i], timesteps[i + 1]
+        idx = torch.nonzero(masked).flatten()
+        if alg == "origin":
+            p_transfer = float(1 - s / t) if i < steps - 1 else 1.0
+            reveal = torch.rand(len(idx), generator=generator) < p_transfer
+            _, x0 = dream_sample(logits[idx[reveal]], "maskgit_plus", temperature, top_p, top_k, generator)
+            sel = torch.zeros_like(masked)
+            sel[idx[reveal]] = True
+            tokens = canvas.x.clone()
+            tokens[idx[reveal]] = x0
+            canvas.commit(sel, tokens)
+            continue
+        conf, x0 = dream_sample(logits[idx], alg, temperature, top_p, top_k, generator)
+        num_mask = masked.sum().float()
+        k = int(num_mask * (1 - s / t)) if i < steps - 1 else int(num_mask)
+        if k <= 0:
+            continue
+        full = torch.full((len(canvas.x),), -torch.inf)
+        full[idx] = conf.float()
+        if alg_temp:
+            pick = torch.multinomial(torch.softmax(full / alg_temp, -1), k, generator=generator)
+        else:
+            pick = torch.topk(full, k).indices
+        sel = torch.zeros_like(masked)
+        sel[pick] = True
+        tokens = canvas.x.clone()
+        tokens[idx] = x0
+        canvas.commit(sel, tokens)
+    return canvas.result()

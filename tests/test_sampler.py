@@ -184,3 +184,50 @@ def test_bad_prompts_fail_before_compiling(model):
         jaxdllm.generate(no_mask, np.zeros((1, 4), np.int32), cfg())
     with pytest.raises(ValueError, match="attention_mask shape"):
         jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), attention_mask=np.ones((1, 3)))
+
+
+class _ConstantFilter(jaxdllm.sampler.engine.nnx.Module):
+    """Accepts everything (bias > 0) or nothing (bias < 0)."""
+
+    def __init__(self, bias):
+        self.bias = jaxdllm.sampler.engine.nnx.Param(jnp.float32(bias))
+
+    def __call__(self, p):
+        return jnp.zeros_like(p) + self.bias[...]
+
+
+def test_learn2pd_filter_bounds(model):
+    ids, mask, _ = prompts([4, 6], seed=13)
+    base = jaxdllm.generate(model, ids, cfg(), attention_mask=mask)
+    reject = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask,
+                              learned_filter=_ConstantFilter(-20.0))
+    np.testing.assert_array_equal(reject.tokens, base.tokens)  # nothing accepted: the LLaDA baseline
+    np.testing.assert_array_equal(reject.commit_step, base.commit_step)
+    accept = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
+                              learned_filter=_ConstantFilter(20.0))
+    assert (accept.nfe == 2).all()  # every block in one forward
+    learned = jaxdllm.sampler.Learn2PDFilter(8, 8, rngs=jaxdllm.sampler.engine.nnx.Rngs(0))
+    out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask, learned_filter=learned)
+    assert not (out.tokens == MASK_ID).any() and (out.nfe <= 8).all()
+
+
+def test_learn2pd_end_of_text_prediction(tmp_path):
+    model, _, _ = tiny_llada(tmp_path)
+    ids, mask, _ = prompts([4, 6], seed=14)
+    width = ids.shape[1]
+    first = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
+                             learned_filter=_ConstantFilter(20.0))
+    eos = int(first.tokens[0, width + 3])  # a token row 0 emits in its first block
+    model = jaxdllm.from_pretrained(tmp_path, eos_token_id=eos)
+    out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask,
+                           learned_filter=_ConstantFilter(20.0))
+    gen = out.tokens[0, width:]
+    cut = int(np.argmax(gen == eos))
+    assert cut <= 3 and (gen[cut:] == eos).all() and int(out.nfe[0]) == 1  # later block never decoded
+
+
+def test_learn2pd_needs_a_filter(model):
+    with pytest.raises(ConfigError, match="needs learned_filter"):
+        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(policy="learn2pd"))
+    with pytest.raises(ConfigError, match="needs learned_filter"):
+        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), learned_filter=_ConstantFilter(1.0))

@@ -13,6 +13,12 @@ Field names follow the published code (`steps`, `gen_length`, `block_length`, `t
   * `credit` (CreditDecoding): credits accumulated per block fuse into the logits.
   * `prophet` (Prophet): the `llada` schedule, stopping early once the mean top-1/top-2 logit gap
     over the answer clears a threshold that falls with progress.
+  * `learn2pd` (Learn2PD): a learned filter (any small module passed to `generate`) accepts
+    positions from the block's top-1 probabilities; the `llada` schedule's top-k is committed
+    too; with `eot_prediction`, an accepted EOS ends the answer.
+  * `dream` (Dream's `diffusion_generate`): no blocks (`block_length == gen_length`), timesteps
+    `linspace(1, eps, steps + 1)`, `int(M (1 - s/t))` tokens per step by `dream_alg`
+    (`maskgit_plus`, `topk_margin`, `entropy`, or `origin`), `alg_temp`, `top_p`, `top_k`.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from typing import Any
 
 from jaxdllm.models.config import ConfigError
 
-POLICIES = ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "prophet")
-SCHEDULED = ("llada", "prophet")  # policies whose steps per block are fixed by `steps`
+POLICIES = ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "prophet", "dream",
+            "learn2pd")
+SCHEDULED = ("llada", "prophet", "dream", "learn2pd")
+DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")  # policies whose steps per block are fixed by `steps`
 REMASKING = ("low_confidence", "random")
 CACHES = ("none", "prefix", "dual")
 
@@ -46,6 +54,10 @@ class SamplerConfig:
       leap_relaxed, leap_radius: LocalLeap's neighbour threshold and radius.
       credit_threshold, credit_gamma, credit_lambda, credit_alpha: CreditDecoding constants.
       prophet_thresholds: logit-gap thresholds for progress < 1/3, < 2/3, and after.
+      filter_threshold, eot_prediction: Learn2PD's acceptance threshold and end-of-text prediction.
+      dream_alg, alg_temp, top_p, top_k, eps: Dream's algorithm, position-sampling temperature
+        (0 = top-k by confidence), nucleus and top-k token filtering (1.0 / 0 = off), and the
+        final timestep.
       confidence_eos_eot_inf: EOS/EoT predictions get confidence 0 (committed last).
       stop_at_eos: a row stops once it has committed EOS and everything before it; the rest is
         filled with EOS. Off reproduces the published LLaDA sampler exactly.
@@ -73,6 +85,13 @@ class SamplerConfig:
     credit_lambda: float = 0.70
     credit_alpha: float = 0.5
     prophet_thresholds: tuple[float, float, float] = (7.5, 5.0, 2.5)
+    filter_threshold: float = 0.96
+    eot_prediction: bool = True
+    dream_alg: str = "maskgit_plus"
+    alg_temp: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    eps: float = 1e-3
     confidence_eos_eot_inf: bool = False
     stop_at_eos: bool = False
     cache: str = "none"
@@ -117,6 +136,12 @@ class SamplerConfig:
             raise ConfigError("prophet_thresholds needs three values (early, middle, late)")
         if self.cfg_scale > 0 and self.cache != "none":
             raise ConfigError("cfg_scale > 0 is supported with cache='none' only")
+        if self.dream_alg not in DREAM_ALGS:
+            raise ConfigError(f"dream_alg must be one of {DREAM_ALGS}, got {self.dream_alg!r}")
+        if self.policy == "dream" and self.block_length != self.gen_length:
+            raise ConfigError("policy='dream' decodes the whole canvas: set block_length = gen_length")
+        if not 0 < self.top_p <= 1 or self.top_k < 0 or self.alg_temp < 0 or not 0 < self.eps < 1:
+            raise ConfigError("top_p must be in (0, 1], top_k >= 0, alg_temp >= 0 and eps in (0, 1)")
         if self.max_trajectory < 0:
             raise ConfigError("max_trajectory must be >= 0")
 
@@ -154,4 +179,7 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     "prophet": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="prophet"),
     "credit": SamplerConfig(gen_length=256, block_length=32, policy="credit"),
     "local-leap": SamplerConfig(gen_length=256, block_length=32, policy="local_leap"),
+    # Dream-v0-Instruct-7B's published generation settings (GSM8K-style): 256 tokens, 256 steps,
+    # entropy ordering, greedy tokens.
+    "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),
 }

@@ -155,7 +155,7 @@ def _forward(model: Transformer, state: SamplerState, seg, positions, lay: _Layo
 
 
 def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
-          config: SamplerConfig) -> SamplerState:
+          config: SamplerConfig, learned_filter=None) -> SamplerState:
     """One loop iteration: forward, commit, bookkeeping."""
     bl, Lp, G = config.block_length, lay.prompt_len, config.gen_length
     block_start = Lp + state.block * bl
@@ -171,7 +171,7 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
     active = candidates.any(axis=1)
     nfe = state.nfe + passes * active.astype(jnp.int32)
     ctx = policies.StepContext(config, state.block_step, jax.random.fold_in(state.key, state.step),
-                               state.policy_state, lay.eos_eot)
+                               state.policy_state, lay.eos_eot, learned_filter, lay.eos_id)
     decision = policies.POLICY_FNS[config.policy](logits, candidates, ctx)
 
     new_block = jnp.where(decision.commit, decision.tokens, block_tokens)
@@ -181,6 +181,12 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
         state.commit_step, jnp.where(decision.commit, nfe[:, None], old_steps), block_start, axis=1)
     done = state.done
     gen = jnp.arange(lay.total) >= Lp
+
+    if decision.eos_cut is not None:  # Learn2PD EoTP: an accepted EOS truncates the answer there
+        cut = jnp.where(decision.eos_cut >= 0, block_start + decision.eos_cut, lay.total)
+        after = gen[None] & (jnp.arange(lay.total)[None] > cut[:, None])
+        canvas = jnp.where(after, lay.eos_id, canvas)
+        commit_step = jnp.where(after, nfe[:, None], commit_step)
 
     if config.policy == "prophet":  # early commit: fill every mask of the answer with its argmax
         gap = policies.prophet_gap(answer_logits)
@@ -211,8 +217,9 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
     trajectory = state.trajectory
     if config.max_trajectory:
         slot = jnp.minimum(state.step, config.max_trajectory - 1)
-        trajectory = jnp.where(state.step < config.max_trajectory,
-                               trajectory.at[:, slot].set(canvas), trajectory)
+        kept = jax.lax.dynamic_index_in_dim(trajectory, slot, axis=1, keepdims=False)
+        row = jnp.where(state.step < config.max_trajectory, canvas, kept)  # past the end: no-op
+        trajectory = jax.lax.dynamic_update_index_in_dim(trajectory, row, slot, axis=1)
     return state.replace(
         canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, step=state.step + 1,
         block=block, block_step=jnp.where(block_full, 0, state.block_step + 1), cache=cache,
@@ -242,16 +249,22 @@ def _segments_and_positions(seg_prompt, G):
     return seg, positions
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
-def _generate_compiled(graphdef, params, prompt, seg_prompt, key, *, lay: _Layout, config: SamplerConfig):
+def _merge_filter(filter_def, filter_state):
+    return None if filter_def is None else nnx.merge(filter_def, filter_state)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config", "filter_def"))
+def _generate_compiled(graphdef, params, prompt, seg_prompt, key, filter_state=None, *, lay: _Layout,
+                       config: SamplerConfig, filter_def=None):
     model = nnx.merge(graphdef, params)
+    learned_filter = _merge_filter(filter_def, filter_state)
     seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
     state = _init(model, prompt, seg_prompt, key, lay, config)
     # Every iteration commits at least one token of every active row, so G + blocks
     # iterations always suffice; the bound only guards against a policy bug.
     limit = config.gen_length + config.num_blocks
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
-                               lambda s: _step(model, s, seg, positions, lay, config), state)
+                               lambda s: _step(model, s, seg, positions, lay, config, learned_filter), state)
     return state
 
 
@@ -286,8 +299,14 @@ def _result(state: SamplerState, extra: int, config: SamplerConfig) -> GenerateR
         trajectory=trajectory[:, :, extra:] if config.max_trajectory else None, steps=int(steps))
 
 
+def _split_filter(learned_filter, config: SamplerConfig):
+    if (learned_filter is None) != (config.policy != "learn2pd"):
+        raise ConfigError("policy='learn2pd' needs learned_filter=<module>, and only it takes one")
+    return (None, None) if learned_filter is None else nnx.split(learned_filter)
+
+
 def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mask=None, *,
-             key: jax.Array | None = None) -> GenerateResult:
+             key: jax.Array | None = None, learned_filter: nnx.Module | None = None) -> GenerateResult:
     """Decode `gen_length` tokens after each prompt in one compiled call.
 
     Args:
@@ -296,14 +315,18 @@ def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mas
       config: a `SamplerConfig` (see `SamplerConfig.preset`).
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
       key: PRNG key for temperature sampling and random remasking (default `PRNGKey(0)`).
+      learned_filter: for `policy="learn2pd"`, a module mapping `[B, block_length]` top-1
+        probabilities to accept logits of the same shape.
 
     Returns:
       `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
     """
+    filter_def, filter_state = _split_filter(learned_filter, config)
     ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(0) if key is None else key
-    state = _generate_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
+    state = _generate_compiled(graphdef, params, ids, mask, key, filter_state, lay=lay, config=config,
+                               filter_def=filter_def)
     return _result(state, extra, config)
 
 
@@ -312,21 +335,24 @@ def _init_compiled(graphdef, params, prompt, seg_prompt, key, *, lay, config):
     return _init(nnx.merge(graphdef, params), prompt, seg_prompt, key, lay, config)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
-def _step_compiled(graphdef, params, state, seg_prompt, *, lay, config):
+@functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config", "filter_def"))
+def _step_compiled(graphdef, params, state, seg_prompt, filter_state=None, *, lay, config, filter_def=None):
     seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
-    return _step(nnx.merge(graphdef, params), state, seg, positions, lay, config)
+    return _step(nnx.merge(graphdef, params), state, seg, positions, lay, config,
+                 _merge_filter(filter_def, filter_state))
 
 
 def generate_stepwise(model: Transformer, input_ids, config: SamplerConfig, attention_mask=None, *,
-                      key: jax.Array | None = None) -> GenerateResult:
+                      key: jax.Array | None = None, learned_filter: nnx.Module | None = None) -> GenerateResult:
     """The same decoding as `generate`, driven by a Python loop that calls a jitted step and
     reads `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
+    filter_def, filter_state = _split_filter(learned_filter, config)
     ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(0) if key is None else key
     state = _init_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
     limit = config.gen_length + config.num_blocks
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
-        state = _step_compiled(graphdef, params, state, mask, lay=lay, config=config)
+        state = _step_compiled(graphdef, params, state, mask, filter_state, lay=lay, config=config,
+                               filter_def=filter_def)
     return _result(state, extra, config)

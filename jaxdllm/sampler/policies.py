@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdllm.sampler.config import SamplerConfig
 
@@ -29,12 +30,15 @@ class StepContext(NamedTuple):
     key: jax.Array               # PRNG key for this step
     policy_state: jax.Array      # per-policy carry (CreditDecoding credits), or a dummy
     eos_eot_ids: tuple[int, ...]  # ids whose confidence is zeroed when confidence_eos_eot_inf
+    learned_filter: object = None  # Learn2PD: a module mapping block confidences to accept logits
+    eos_id: int | None = None
 
 
 class Commit(NamedTuple):
     commit: jax.Array        # [B, L] bool
     tokens: jax.Array        # [B, L] int32, the token each committed position gets
     policy_state: jax.Array
+    eos_cut: jax.Array | None = None  # [B] in-block index of an accepted EOS (-1: none): EoTP
 
 
 def choose_tokens(logits: jax.Array, temperature: float, key: jax.Array) -> jax.Array:
@@ -162,7 +166,87 @@ def prophet_threshold(config: SamplerConfig, step: jax.Array) -> jax.Array:
     return jnp.where(progress < 1 / 3, early, jnp.where(progress < 2 / 3, middle, late))
 
 
+def learn2pd(logits, candidates, ctx: StepContext) -> Commit:
+    """Learn2PD: commit what the learned filter accepts (sigmoid > `filter_threshold`) plus the
+    LLaDA schedule's top-k. The filter reads the block's top-1 probabilities `[B, L]` (committed
+    positions included) and returns accept logits `[B, L]`.
+
+    End-of-text prediction: an accepted EOS cuts the answer there (`eos_cut`); the engine fills
+    everything after it with EOS, so later blocks are never decoded.
+    """
+    cfg = ctx.config
+    tokens, conf = _greedy(logits, ctx)
+    p1 = jnp.max(jax.nn.softmax(logits, axis=-1), axis=-1)
+    accept = candidates & (jax.nn.sigmoid(ctx.learned_filter(p1)) > cfg.filter_threshold)
+    k = scheduled_count(cfg, jnp.minimum(ctx.block_step, cfg.steps_per_block - 1))
+    commit = accept | (candidates & (rank_among(conf, candidates) < k))
+    cut = None
+    if cfg.eot_prediction and ctx.eos_id is not None:
+        eos_here = accept & (tokens == ctx.eos_id)
+        cut = jnp.where(eos_here.any(-1), jnp.argmax(eos_here, axis=-1), -1)
+    return Commit(commit, tokens, ctx.policy_state, cut)
+
+
+def dream_timesteps(steps: int, eps: float) -> np.ndarray:
+    """`torch.linspace(1, eps, steps + 1)` in float32, bit for bit: a float32 step, the first half
+    `1 + step * i` and the second `eps - step * (steps - i)`, each rounded once (torch's CPU
+    kernel fuses the multiply-add; float64 then one rounding reproduces it)."""
+    n = steps + 1
+    start, end = np.float64(1.0), np.float64(np.float32(eps))
+    step = np.float64(np.float32((np.float32(eps) - np.float32(1.0)) / np.float32(n - 1)))
+    i = np.arange(n, dtype=np.float64)
+    values = np.where(np.arange(n) < n // 2, start + step * i, end - step * (n - 1 - i))
+    return values.astype(np.float32)
+
+
+def _filter_top_p_top_k(logits: jax.Array, top_p: float, top_k: int) -> jax.Array:
+    if top_p < 1.0:
+        sorted_logits = -jnp.sort(-logits, axis=-1)
+        cum = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
+        keep_sorted = jnp.concatenate([jnp.ones_like(cum[..., :1], bool), cum[..., :-1] <= top_p], -1)
+        cutoff = jnp.min(jnp.where(keep_sorted, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits >= cutoff, logits, NEG_INF)
+    if top_k > 0:
+        kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][..., -1:]
+        logits = jnp.where(logits >= kth, logits, NEG_INF)
+    return logits
+
+
+def dream(logits, candidates, ctx: StepContext) -> Commit:
+    """Dream's `diffusion_generate` step i: `int(M * (1 - s / t))` tokens (all left at the last
+    step), ordered by the algorithm's confidence; `origin` reveals each mask w.p. 1 - s/t."""
+    cfg = ctx.config
+    i = ctx.block_step  # one block: the block step is the global step
+    ts = jnp.asarray(dream_timesteps(cfg.steps, cfg.eps))
+    t, s = ts[i], ts[i + 1]
+    ratio = jnp.where(i < cfg.steps - 1, 1 - s / t, jnp.float32(1.0))
+    filtered = _filter_top_p_top_k(logits / (cfg.temperature if cfg.temperature > 0 else 1.0),
+                                   cfg.top_p, cfg.top_k)
+    probs = jax.nn.softmax(filtered, axis=-1)
+    token_key, order_key = jax.random.split(ctx.key)
+    if cfg.temperature > 0:
+        tokens = jax.random.categorical(token_key, filtered).astype(jnp.int32)
+        conf = jnp.take_along_axis(probs, tokens[..., None], -1)[..., 0]
+    else:
+        tokens = jnp.argmax(probs, axis=-1).astype(jnp.int32)
+        conf = jnp.max(probs, axis=-1)
+    if cfg.dream_alg == "origin":
+        reveal = jax.random.uniform(order_key, conf.shape) < ratio
+        return Commit(candidates & reveal, tokens, ctx.policy_state)
+    if cfg.dream_alg == "topk_margin":
+        top2 = jax.lax.top_k(probs, 2)[0]
+        conf = top2[..., 0] - top2[..., 1]
+    elif cfg.dream_alg == "entropy":
+        conf = jnp.sum(probs * jnp.log(probs + 1e-10), axis=-1)
+    masks = jnp.sum(candidates, axis=-1, keepdims=True).astype(jnp.float32)
+    k = jnp.where(i < cfg.steps - 1, (masks * ratio).astype(jnp.int32), masks.astype(jnp.int32))
+    if cfg.alg_temp > 0:  # sample k positions without replacement from softmax(conf / alg_temp)
+        conf = conf / cfg.alg_temp + jax.random.gumbel(order_key, conf.shape)
+    return Commit(candidates & (rank_among(conf, candidates) < k), tokens, ctx.policy_state)
+
+
 POLICY_FNS: dict[str, Callable[..., Commit]] = {
     "llada": llada, "prophet": llada, "threshold": threshold, "factor": factor,
-    "entropy": entropy, "local_leap": local_leap, "credit": credit,
+    "entropy": entropy, "local_leap": local_leap, "credit": credit, "dream": dream,
+    "learn2pd": learn2pd,
 }
