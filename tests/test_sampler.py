@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
@@ -68,7 +69,7 @@ def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model):
     config = cfg(policy="threshold")
     ids_a, mask_a, _ = prompts([5, 7], seed=4)
     ids_b, mask_b, _ = prompts([2, 8], seed=5)  # different lengths, same 8-token bucket
-    graphdef, params = jax.tree.map(lambda x: x, jaxdllm.sampler.engine.nnx.split(model))
+    graphdef, params = nnx.split(model)
     jaxdllm.generate(model, ids_a, config, attention_mask=mask_a)
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
@@ -179,18 +180,18 @@ def test_bad_prompts_fail_before_compiling(model):
     with pytest.raises(ConfigError, match=r"exceeds the model's max_position \(256\)"):
         jaxdllm.generate(model, np.zeros((1, 250), np.int32), cfg(gen_length=16))
     no_mask = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada", mask_token_id=None),
-                                  rngs=jaxdllm.sampler.engine.nnx.Rngs(0))
+                                  rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="has no mask_token_id"):
         jaxdllm.generate(no_mask, np.zeros((1, 4), np.int32), cfg())
     with pytest.raises(ValueError, match="attention_mask shape"):
         jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), attention_mask=np.ones((1, 3)))
 
 
-class _ConstantFilter(jaxdllm.sampler.engine.nnx.Module):
+class _ConstantFilter(nnx.Module):
     """Accepts everything (bias > 0) or nothing (bias < 0)."""
 
     def __init__(self, bias):
-        self.bias = jaxdllm.sampler.engine.nnx.Param(jnp.float32(bias))
+        self.bias = nnx.Param(jnp.float32(bias))
 
     def __call__(self, p):
         return jnp.zeros_like(p) + self.bias[...]
@@ -206,7 +207,7 @@ def test_learn2pd_filter_bounds(model):
     accept = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
                               learned_filter=_ConstantFilter(20.0))
     assert (accept.nfe == 2).all()  # every block in one forward
-    learned = jaxdllm.sampler.Learn2PDFilter(8, 8, rngs=jaxdllm.sampler.engine.nnx.Rngs(0))
+    learned = jaxdllm.sampler.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))
     out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask, learned_filter=learned)
     assert not (out.tokens == MASK_ID).any() and (out.nfe <= 8).all()
 

@@ -46,6 +46,14 @@ def _jax_fn(model):
     return lambda x: _no_mask_prediction(torch.from_numpy(np.array(forward(model, jnp.asarray(x.numpy())))))
 
 
+def _assert_row_matches(out, ref, i, width, prompt_len, where):
+    """Row i of a padded batch (prompt width `width`) equals a reference run on that row alone."""
+    np.testing.assert_array_equal(out.tokens[i, width:], ref["tokens"][0, prompt_len:].numpy(), err_msg=where)
+    assert int(out.nfe[i]) == int(ref["nfe"]), where
+    np.testing.assert_array_equal(out.commit_step[i, width:], ref["commit_step"][0, prompt_len:].numpy(),
+                                  err_msg=where)
+
+
 PORT_NAMES = {"llada": "low_confidence"}
 CASES = [
     # (policy, gen_length, block_length, steps, extra SamplerConfig fields)
@@ -101,12 +109,7 @@ def test_generate_matches_torch_port_and_python_loop(setup, policy, gen, block, 
     for i, row in enumerate(rows):
         prompt = torch.as_tensor(row[None], dtype=torch.long)
         for name, fn in (("torch port", torch_fn), ("python loop", jax_fn)):
-            ref = port_generate(fn, prompt, **kw)
-            where = f"{name}, row {i}"
-            np.testing.assert_array_equal(out.tokens[i, width:], ref["tokens"][0, len(row):].numpy(), err_msg=where)
-            assert int(out.nfe[i]) == int(ref["nfe"]), where
-            np.testing.assert_array_equal(out.commit_step[i, width:], ref["commit_step"][0, len(row):].numpy(),
-                                          err_msg=where)
+            _assert_row_matches(out, port_generate(fn, prompt, **kw), i, width, len(row), f"{name}, row {i}")
 
 
 def test_dream_timesteps_equal_torch_linspace_bitwise():
@@ -138,8 +141,4 @@ def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
         prompt = torch.as_tensor(row[None], dtype=torch.long)
         for name, fn in (("torch port", torch_fn), ("python loop", _jax_fn(jaxdllm.from_pretrained(path)))):
             ref = generate_dream(fn, prompt, gen_length=gen, steps=steps, mask_id=MASK_ID, alg=alg)
-            where = f"{name}, row {i}"
-            np.testing.assert_array_equal(out.tokens[i, width:], ref["tokens"][0, len(row):].numpy(), err_msg=where)
-            assert int(out.nfe[i]) == int(ref["nfe"]), where
-            np.testing.assert_array_equal(out.commit_step[i, width:], ref["commit_step"][0, len(row):].numpy(),
-                                          err_msg=where)
+            _assert_row_matches(out, ref, i, width, len(row), f"{name}, row {i}")
