@@ -17,6 +17,12 @@ def ckpt(tmp_path):
     return tmp_path
 
 
+def _edit_config(path, **changes):
+    raw = json.loads((path / "config.json").read_text())
+    raw.update(changes)
+    (path / "config.json").write_text(json.dumps(raw))
+
+
 def _rewrite(path, edit):
     tensors = load_file(str(path / "model.safetensors"))
     edit(tensors)
@@ -42,9 +48,7 @@ def test_misshaped_tensor_is_named(ckpt):
 
 
 def test_unknown_architecture(ckpt):
-    raw = json.loads((ckpt / "config.json").read_text())
-    raw["model_type"] = "gpt2"
-    (ckpt / "config.json").write_text(json.dumps(raw))
+    _edit_config(ckpt, model_type="gpt2")
     with pytest.raises(CheckpointError, match=r"config.json: unknown architecture model_type='gpt2'"):
         jaxdllm.from_pretrained(ckpt)
 
@@ -86,9 +90,7 @@ def test_index_names_missing_shard(ckpt):
 
 
 def test_unsupported_variants_are_refused(ckpt):
-    raw = json.loads((ckpt / "config.json").read_text())
-    raw["hidden_act"] = "gelu"
-    (ckpt / "config.json").write_text(json.dumps(raw))
+    _edit_config(ckpt, hidden_act="gelu")
     with pytest.raises(CheckpointError, match="hidden_act='gelu' is not supported"):
         jaxdllm.from_pretrained(ckpt)
 

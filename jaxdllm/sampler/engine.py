@@ -226,7 +226,7 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
         policy_state=decision.policy_state, trajectory=trajectory)
 
 
-def _init(model: Transformer, prompt, seg, key, lay: _Layout, config: SamplerConfig) -> SamplerState:
+def _init(model: Transformer, prompt, key, lay: _Layout, config: SamplerConfig) -> SamplerState:
     b = prompt.shape[0]
     G, T, bl = config.gen_length, lay.total, config.block_length
     canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
@@ -259,7 +259,7 @@ def _generate_compiled(graphdef, params, prompt, seg_prompt, key, filter_state=N
     model = nnx.merge(graphdef, params)
     learned_filter = _merge_filter(filter_def, filter_state)
     seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
-    state = _init(model, prompt, seg_prompt, key, lay, config)
+    state = _init(model, prompt, key, lay, config)
     # Every iteration commits at least one token of every active row, so G + blocks
     # iterations always suffice; the bound only guards against a policy bug.
     limit = config.gen_length + config.num_blocks
@@ -331,8 +331,8 @@ def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mas
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
-def _init_compiled(graphdef, params, prompt, seg_prompt, key, *, lay, config):
-    return _init(nnx.merge(graphdef, params), prompt, seg_prompt, key, lay, config)
+def _init_compiled(graphdef, params, prompt, key, *, lay, config):
+    return _init(nnx.merge(graphdef, params), prompt, key, lay, config)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config", "filter_def"))
@@ -350,7 +350,7 @@ def generate_stepwise(model: Transformer, input_ids, config: SamplerConfig, atte
     ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(0) if key is None else key
-    state = _init_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
+    state = _init_compiled(graphdef, params, ids, key, lay=lay, config=config)
     limit = config.gen_length + config.num_blocks
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
         state = _step_compiled(graphdef, params, state, mask, filter_state, lay=lay, config=config,
