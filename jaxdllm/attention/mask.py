@@ -107,6 +107,15 @@ class MaskSpec:
         clean_causal = q_clean & k_clean & (q_blk >= k_blk)
         return same | noisy_sees_clean | clean_causal
 
+    def visible_at(self, q_idx: jax.Array, k_idx: jax.Array, kv_len: int) -> jax.Array:
+        """`visible` for every kind, block_diffusion included (its halves need `kv_len`).
+
+        Elementwise on broadcastable int arrays; kernels call this on one tile's indices.
+        """
+        if self.kind == "block_diffusion":
+            return self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)
+        return self.visible(q_idx, k_idx)
+
     def dense(self, q_len: int, kv_len: int) -> jax.Array:
         """The mask as a boolean `[B or 1, q_len, kv_len]` array (True = may attend)."""
         q_idx = (jnp.asarray(self.q_offset, jnp.int32) + jnp.arange(q_len, dtype=jnp.int32))[:, None]
@@ -114,7 +123,7 @@ class MaskSpec:
         if self.kind == "block_diffusion":
             if kv_len % 2:
                 raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
-            mask = self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)[None]
+            mask = self.visible_at(q_idx, k_idx, kv_len)[None]
         elif self.kind == "jacobi_forcing" and jnp.ndim(self.prefix_len) == 1:
             per_row = self.replace(prefix_len=jnp.asarray(self.prefix_len)[:, None, None])
             mask = per_row.visible(q_idx[None], k_idx[None])

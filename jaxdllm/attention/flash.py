@@ -1,0 +1,389 @@
+"""Tile-skipping flash attention in Pallas (GPU via Triton; any backend with `interpret=True`).
+
+Forward: one program per (row, head, query tile) walks that tile's schedule (`tiles.py`):
+full key tiles first with no mask arithmetic, then partial tiles with the mask rule evaluated
+on the tile's indices; empty tiles are never loaded. Online softmax in base 2 with float32
+accumulation; inputs may be bf16.
+
+Backward (`jax.custom_vjp`): FlashAttention-2 style, two kernels with the same skipping: dq per
+query tile over its key tiles, and dk/dv per key tile over its query tiles (the transposed
+schedule). dk/dv are produced per query head and summed over each GQA group afterwards.
+
+Rows with no visible key: output 0, log-sum-exp +inf, and zero gradients (same rule as the
+reference paths). Masked scores are -inf while the running max starts at a finite floor, so
+neither a fully masked tile nor a fully masked row ever forms `inf - inf`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+
+from jaxdllm.attention import tiles
+from jaxdllm.attention.mask import MaskSpec
+
+LOG2E = math.log2(math.e)
+_MAX_FLOOR = -0.7 * float(np.finfo(np.float32).max)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes (powers of two) and Triton launch settings.
+
+    `block_q`/`block_k` tile the forward pass, `block_q_bwd`/`block_k_bwd` both backward
+    kernels. `num_warps=None` picks 4 for tiles up to 64x64 and 8 above.
+    """
+
+    block_q: int = 128
+    block_k: int = 64
+    block_q_bwd: int = 64
+    block_k_bwd: int = 64
+    num_warps: int | None = None
+    num_stages: int = 2
+
+    def __post_init__(self):
+        for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"BlockSizes.{name} must be a power of two, got {value}")
+
+    def warps(self, bq: int, bk: int) -> int:
+        return self.num_warps or (4 if bq * bk <= 64 * 64 else 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """Everything the kernels specialise on (hashable)."""
+
+    kind: str
+    block_size: int | None
+    scale: float
+    q_len: int          # true lengths; arrays are padded to tile multiples
+    kv_len: int
+    groups: int         # query heads per kv head
+    has_segments: bool
+    per_row_schedule: bool
+    blocks: BlockSizes
+    interpret: bool
+
+
+# --------------------------------------------------------------------------------- kernels --
+def _tile_visible(st: _Static, params_ref, q_start, k_start, bq, bk, q_seg, k_seg):
+    """`[bq, bk]` bool: the mask rule on one tile's physical indices, plus padding/segments."""
+    q_local = q_start + jnp.arange(bq, dtype=jnp.int32)[:, None]
+    k_idx = k_start + jnp.arange(bk, dtype=jnp.int32)[None, :]
+    spec = MaskSpec(kind=st.kind, block_size=st.block_size, prefix_len=params_ref[1])
+    visible = spec.visible_at(q_local + params_ref[0], k_idx, st.kv_len)
+    visible = visible & (q_local < st.q_len) & (k_idx < st.kv_len)
+    if q_seg is not None:
+        visible = visible & (q_seg[:, None] == k_seg[None, :])
+    return visible
+
+
+def _precision(dtype):
+    return lax.Precision.HIGHEST if dtype == jnp.float32 else None
+
+
+def _scores(st: _Static, q, k):
+    """`[bq, bk]` float32 scores in base 2 (scaled by log2 e for exp2)."""
+    return pl.dot(q, k, trans_b=True, precision=_precision(q.dtype)) * (st.scale * LOG2E)
+
+
+def _visit(order_ref, counts_ref, step, carry):
+    """Run `step(tile, carry, masked)` over the full tiles, then the partial ones."""
+    n_full, n_partial = counts_ref[0], counts_ref[1]
+    carry = lax.fori_loop(0, n_full, lambda t, c: step(order_ref[t], c, False), carry)
+    return lax.fori_loop(n_full, n_full + n_partial, lambda t, c: step(order_ref[t], c, True), carry)
+
+
+def _split_segments(st: _Static, rest):
+    if st.has_segments:
+        return rest[0], rest[1], rest[2:]
+    return None, None, rest
+
+
+def _forward_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, *rest, st: _Static):
+    qseg_ref, kseg_ref, (o_ref, lse_ref) = _split_segments(st, rest)
+    bq, bk = st.blocks.block_q, st.blocks.block_k
+    q_start = pl.program_id(2) * bq
+    q = q_ref[...]
+    q_seg = None if qseg_ref is None else qseg_ref[...]
+
+    def step(j, carry, masked):
+        acc, m, l = carry
+        keys = pl.ds(j * bk, bk)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s = _scores(st, q, k)
+        if masked:
+            k_seg = None if kseg_ref is None else kseg_ref[keys]
+            s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
+        m_new = jnp.maximum(m, s.max(axis=-1))
+        alpha = jnp.exp2(m - m_new)
+        p = jnp.exp2(s - m_new[:, None])
+        acc = alpha[:, None] * acc + pl.dot(p.astype(v.dtype), v, precision=_precision(v.dtype))
+        return acc, m_new, alpha * l + p.sum(axis=-1)
+
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq,), _MAX_FLOOR, jnp.float32),
+            jnp.zeros((bq,), jnp.float32))
+    acc, m, l = _visit(order_ref, counts_ref, step, init)
+    empty = l == 0.0
+    o_ref[...] = (acc / jnp.where(empty, 1.0, l)[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(empty, jnp.inf, m + jnp.log2(jnp.where(empty, 1.0, l)))
+
+
+def _dq_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
+               *rest, st: _Static):
+    qseg_ref, kseg_ref, (dq_ref,) = _split_segments(st, rest)
+    bq, bk = st.blocks.block_q_bwd, st.blocks.block_k_bwd
+    q_start = pl.program_id(2) * bq
+    q, do, lse, delta = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
+    q_seg = None if qseg_ref is None else qseg_ref[...]
+
+    def step(j, dq, masked):
+        keys = pl.ds(j * bk, bk)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        s = _scores(st, q, k)
+        if masked:
+            k_seg = None if kseg_ref is None else kseg_ref[keys]
+            s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
+        p = jnp.exp2(s - lse[:, None])
+        dp = pl.dot(do, v, trans_b=True, precision=_precision(v.dtype))
+        ds = p * (dp - delta[:, None])
+        return dq + pl.dot(ds.astype(k.dtype), k, precision=_precision(k.dtype))
+
+    dq = _visit(order_ref, counts_ref, step, jnp.zeros(q.shape, jnp.float32))
+    dq_ref[...] = (dq * st.scale).astype(dq_ref.dtype)
+
+
+def _dkv_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
+                *rest, st: _Static):
+    qseg_ref, kseg_ref, (dk_ref, dv_ref) = _split_segments(st, rest)
+    bq, bk = st.blocks.block_q_bwd, st.blocks.block_k_bwd
+    k_start = pl.program_id(2) * bk
+    k, v = k_ref[...], v_ref[...]
+    k_seg = None if kseg_ref is None else kseg_ref[...]
+
+    def step(i, carry, masked):
+        dk, dv = carry
+        rows = pl.ds(i * bq, bq)
+        q, do, lse, delta = q_ref[rows, :], do_ref[rows, :], lse_ref[rows], delta_ref[rows]
+        s = _scores(st, q, k)
+        if masked:
+            q_seg = None if qseg_ref is None else qseg_ref[rows]
+            s = jnp.where(_tile_visible(st, params_ref, i * bq, k_start, bq, bk, q_seg, k_seg), s, -jnp.inf)
+        p = jnp.exp2(s - lse[:, None])
+        dv = dv + pl.dot(p.astype(do.dtype), do, trans_a=True, precision=_precision(do.dtype))
+        dp = pl.dot(do, v, trans_b=True, precision=_precision(v.dtype))
+        ds = p * (dp - delta[:, None])
+        dk = dk + pl.dot(ds.astype(q.dtype), q, trans_a=True, precision=_precision(q.dtype))
+        return dk, dv
+
+    zeros = jnp.zeros(k.shape, jnp.float32)
+    dk, dv = _visit(order_ref, counts_ref, step, (zeros, zeros))
+    dk_ref[...] = dk * st.scale
+    dv_ref[...] = dv
+
+
+# -------------------------------------------------------------------------------- launches --
+def _compiler_params(st: _Static, bq: int, bk: int):
+    if st.interpret:
+        return None
+    from jax.experimental.pallas import triton as plgpu
+    return plgpu.CompilerParams(num_warps=st.blocks.warps(bq, bk), num_stages=st.blocks.num_stages)
+
+
+def _row(st: _Static):
+    """Index of a row's schedule: its own when the mask differs per row, else the shared one."""
+    return (lambda b: b) if st.per_row_schedule else (lambda b: 0)
+
+
+def _schedule_specs(st: _Static, n_inner: int):
+    row = _row(st)
+    return [pl.BlockSpec((None, None, n_inner), lambda b, h, i: (row(b), i, 0)),
+            pl.BlockSpec((None, None, 2), lambda b, h, i: (row(b), i, 0)),
+            pl.BlockSpec((None, 2), lambda b, h, i: (b, 0))]
+
+
+def _forward(q, k, v, aux, st: _Static):
+    b, lq, h, d = q.shape
+    lk = k.shape[1]
+    bq, bk = st.blocks.block_q, st.blocks.block_k
+    g = st.groups
+    sched = aux["fwd"]
+    in_specs = _schedule_specs(st, sched.order.shape[-1]) + [
+        pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
+        pl.BlockSpec((None, lk, None, d), lambda b_, h_, i: (b_, 0, h_ // g, 0)),
+        pl.BlockSpec((None, lk, None, d), lambda b_, h_, i: (b_, 0, h_ // g, 0)),
+    ]
+    args = [sched.order, sched.counts, aux["params"], q, k, v]
+    if st.has_segments:
+        in_specs += [pl.BlockSpec((None, bq), lambda b_, h_, i: (b_, i)),
+                     pl.BlockSpec((None, lk), lambda b_, h_, i: (b_, 0))]
+        args += [aux["q_seg"], aux["kv_seg"]]
+    return pl.pallas_call(
+        functools.partial(_forward_kernel, st=st),
+        grid=(b, h, lq // bq),
+        in_specs=in_specs,
+        out_specs=[pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
+                   pl.BlockSpec((None, None, bq), lambda b_, h_, i: (b_, h_, i))],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                   jax.ShapeDtypeStruct((b, h, lq), jnp.float32)],
+        compiler_params=_compiler_params(st, bq, bk),
+        interpret=st.interpret,
+        name="jaxdllm_flash_forward",
+    )(*args)
+
+
+def _backward(q, k, v, o, lse, do, aux, st: _Static):
+    b, lq, h, d = q.shape
+    lk, hkv = k.shape[1], k.shape[2]
+    bq, bk = st.blocks.block_q_bwd, st.blocks.block_k_bwd
+    g = st.groups
+    delta = jnp.einsum("bqhd,bqhd->bhq", o.astype(jnp.float32), do.astype(jnp.float32))
+    seg_args = [aux["q_seg"], aux["kv_seg"]] if st.has_segments else []
+    common = dict(interpret=st.interpret, compiler_params=_compiler_params(st, bq, bk))
+
+    dq_sched = aux["dq"]
+    dq_specs = _schedule_specs(st, dq_sched.order.shape[-1]) + [
+        pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
+        pl.BlockSpec((None, lk, None, d), lambda b_, h_, i: (b_, 0, h_ // g, 0)),
+        pl.BlockSpec((None, lk, None, d), lambda b_, h_, i: (b_, 0, h_ // g, 0)),
+        pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
+        pl.BlockSpec((None, None, bq), lambda b_, h_, i: (b_, h_, i)),
+        pl.BlockSpec((None, None, bq), lambda b_, h_, i: (b_, h_, i)),
+    ]
+    if st.has_segments:
+        dq_specs += [pl.BlockSpec((None, bq), lambda b_, h_, i: (b_, i)),
+                     pl.BlockSpec((None, lk), lambda b_, h_, i: (b_, 0))]
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, st=st),
+        grid=(b, h, lq // bq), in_specs=dq_specs,
+        out_specs=pl.BlockSpec((None, bq, None, d), lambda b_, h_, i: (b_, i, h_, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), name="jaxdllm_flash_dq", **common,
+    )(dq_sched.order, dq_sched.counts, aux["params"], q, k, v, do, lse, delta, *seg_args)
+
+    kv_sched = aux["dkv"]
+    dkv_specs = _schedule_specs(st, kv_sched.order.shape[-1]) + [
+        pl.BlockSpec((None, lq, None, d), lambda b_, h_, j: (b_, 0, h_, 0)),
+        pl.BlockSpec((None, bk, None, d), lambda b_, h_, j: (b_, j, h_ // g, 0)),
+        pl.BlockSpec((None, bk, None, d), lambda b_, h_, j: (b_, j, h_ // g, 0)),
+        pl.BlockSpec((None, lq, None, d), lambda b_, h_, j: (b_, 0, h_, 0)),
+        pl.BlockSpec((None, None, lq), lambda b_, h_, j: (b_, h_, 0)),
+        pl.BlockSpec((None, None, lq), lambda b_, h_, j: (b_, h_, 0)),
+    ]
+    if st.has_segments:
+        dkv_specs += [pl.BlockSpec((None, lq), lambda b_, h_, j: (b_, 0)),
+                      pl.BlockSpec((None, bk), lambda b_, h_, j: (b_, j))]
+    per_head = jax.ShapeDtypeStruct((b, lk, h, d), jnp.float32)
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_kernel, st=st),
+        grid=(b, h, lk // bk), in_specs=dkv_specs,
+        out_specs=[pl.BlockSpec((None, bk, None, d), lambda b_, h_, j: (b_, j, h_, 0))] * 2,
+        out_shape=[per_head, per_head], name="jaxdllm_flash_dkv", **common,
+    )(kv_sched.order, kv_sched.counts, aux["params"], q, k, v, do, lse, delta, *seg_args)
+    # dk/dv were computed per query head: sum each GQA group onto its kv head.
+    dk = dk.reshape(b, lk, hkv, g, d).sum(3).astype(k.dtype)
+    dv = dv.reshape(b, lk, hkv, g, d).sum(3).astype(v.dtype)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash(q, k, v, aux, st: _Static):
+    return _forward(q, k, v, aux, st)[0]
+
+
+def _flash_fwd(q, k, v, aux, st: _Static):
+    o, lse = _forward(q, k, v, aux, st)
+    return o, (q, k, v, o, lse, aux)
+
+
+def _flash_bwd(st: _Static, res, do):
+    q, k, v, o, lse, aux = res
+    dq, dk, dv = _backward(q, k, v, o, lse, do, aux, st)
+    zero_aux = jax.tree.map(lambda x: np.zeros(x.shape, jax.dtypes.float0), aux)
+    return dq, dk, dv, zero_aux
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ------------------------------------------------------------------------------ public API --
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad_axis1(x: jax.Array, length: int, value=0) -> jax.Array:
+    widths = [(0, 0)] * x.ndim
+    widths[1] = (0, length - x.shape[1])
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
+                    scale: float | None = None, block_sizes: BlockSizes | None = None,
+                    interpret: bool | None = None) -> jax.Array:
+    """Tile-skipping flash attention; same contract as `reference_attention`.
+
+    Args:
+      q: `[B, Lq, H, D]`; k, v: `[B, Lk, Hkv, D]` with `H % Hkv == 0`; any float dtype
+        (bf16 in, float32 accumulation).
+      mask: the structured mask (any kind, segment ids, traced `q_offset` / per-row
+        `prefix_len` included).
+      scale: score scale, default `1/sqrt(D)`.
+      block_sizes: tiles and launch settings; lengths are padded to tile multiples.
+      interpret: run the Pallas interpreter (default: when the backend is the CPU).
+
+    Returns:
+      `[B, Lq, H, D]` in `q.dtype`; zeros for a query with no visible key. Differentiable
+      in q, k, v through the tile-skipping backward kernels.
+    """
+    blocks = block_sizes or BlockSizes()
+    b, lq, h, d = q.shape
+    lk, hkv = k.shape[1], k.shape[2]
+    if h % hkv:
+        raise ValueError(f"query heads {h} must be a multiple of kv heads {hkv}")
+    if mask.kind == "block_diffusion" and lk % 2:
+        raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {lk}")
+    if (mask.q_segment_ids is None) != (mask.kv_segment_ids is None):
+        raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+    interpret = jax.default_backend() == "cpu" if interpret is None else interpret
+    has_seg = mask.q_segment_ids is not None
+    per_row = has_seg or jnp.ndim(mask.prefix_len) == 1
+    st = _Static(kind=mask.kind, block_size=mask.block_size,
+                 scale=float(d ** -0.5 if scale is None else scale), q_len=lq, kv_len=lk,
+                 groups=h // hkv, has_segments=has_seg, per_row_schedule=per_row,
+                 blocks=blocks, interpret=interpret)
+
+    q_pad = _round_up(lq, max(blocks.block_q, blocks.block_q_bwd))
+    k_pad = _round_up(lk, max(blocks.block_k, blocks.block_k_bwd))
+    fwd_classes = tiles.tile_classes(mask, lq, lk, blocks.block_q, blocks.block_k)
+    bwd_classes = tiles.tile_classes(mask, lq, lk, blocks.block_q_bwd, blocks.block_k_bwd)
+    aux = {
+        "fwd": _pad_schedule(tiles.schedule(fwd_classes), q_pad // blocks.block_q),
+        "dq": _pad_schedule(tiles.schedule(bwd_classes), q_pad // blocks.block_q_bwd),
+        "dkv": _pad_schedule(tiles.schedule(bwd_classes, transpose=True), k_pad // blocks.block_k_bwd),
+        "params": jnp.stack(jnp.broadcast_arrays(
+            jnp.broadcast_to(jnp.asarray(mask.q_offset, jnp.int32), (b,)),
+            jnp.broadcast_to(jnp.asarray(mask.prefix_len, jnp.int32), (b,))), axis=-1),
+    }
+    if has_seg:
+        aux["q_seg"] = _pad_axis1(jnp.asarray(mask.q_segment_ids, jnp.int32), q_pad, -1)
+        aux["kv_seg"] = _pad_axis1(jnp.asarray(mask.kv_segment_ids, jnp.int32), k_pad, -2)
+    out = _flash(_pad_axis1(q, q_pad), _pad_axis1(k, k_pad), _pad_axis1(v, k_pad), aux, st)
+    return out[:, :lq]
+
+
+def _pad_schedule(sched: tiles.TileSchedule, n_outer: int) -> tiles.TileSchedule:
+    """Extend the outer axis to the padded tile count (extra tiles visit nothing)."""
+    extra = n_outer - sched.order.shape[1]
+    if extra == 0:
+        return sched
+    order = jnp.pad(sched.order, ((0, 0), (0, extra), (0, 0)))
+    counts = jnp.pad(sched.counts, ((0, 0), (0, extra), (0, 0)))
+    return tiles.TileSchedule(order, counts)
