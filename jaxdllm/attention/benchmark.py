@@ -16,6 +16,7 @@ reference on every mask kind. Results go to `<out>.json` after every row and `<o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -89,30 +90,40 @@ def rel_err(x, ref) -> float:
     return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
-def check(args, blocks: BlockSizes, interpret: bool) -> list[dict]:
-    """Outputs and dq/dk/dv of the kernel vs the float32 reference on upcast inputs."""
-    rows = []
+def check_row(args, blocks, interpret, mask_name, dtype, seed) -> dict:
+    """Output and dq/dk/dv of the kernel vs the float32 reference on upcast inputs."""
     length = args.check_length
-    for mask_name in ("dense", "causal", "block_diffusion", "jacobi_forcing"):
-        for dtype in (jnp.float32, jnp.bfloat16):
-            mask = make_mask(mask_name, length, args.block)
-            q, k, v, do = inputs(jax.random.key(7), 2, length, 4, args.head_dim, dtype)
-            k, v = k[:, :, :2], v[:, :, :2]  # GQA: 4 query heads over 2 kv heads
-            ours = jax.jit(lambda q, k, v, do: jax.vjp(
-                attention_fn("pallas", mask_name, mask, blocks, interpret), q, k, v))
-            o, vjp = ours(q, k, v, do)
-            grads = vjp(do)
-            up = [x.astype(jnp.float32) for x in (q, k, v, do)]
-            with jax.default_matmul_precision("highest"):
-                o_ref, vjp_ref = jax.vjp(lambda q, k, v: reference_attention(q, k, v, mask), *up[:3])
-                grads_ref = vjp_ref(up[3])
-            errs = [rel_err(o, o_ref)] + [rel_err(g, r) for g, r in zip(grads, grads_ref)]
-            finite = bool(all(np.isfinite(np.asarray(x, np.float32)).all() for x in [o, *grads]))
-            row = {"mask": mask_name, "dtype": jnp.dtype(dtype).name, "length": length,
-                   "rel_err_out": errs[0], "rel_err_dq": errs[1], "rel_err_dk": errs[2],
-                   "rel_err_dv": errs[3], "finite": finite}
-            print("check", json.dumps(row), flush=True)
-            rows.append(row)
+    mask = make_mask(mask_name, length, args.block)
+    mask_blocks = blocks or BlockSizes.for_mask(mask, dtype)
+    q, k, v, do = inputs(jax.random.key(seed), 2, length, 4, args.head_dim, dtype)
+    k, v = k[:, :, :2], v[:, :, :2]  # GQA: 4 query heads over 2 kv heads
+    fn = attention_fn("pallas", mask_name, mask, mask_blocks, interpret)
+    o, grads = jax.jit(lambda q, k, v, do: (fn(q, k, v), jax.vjp(fn, q, k, v)[1](do)))(q, k, v, do)
+    up = [x.astype(jnp.float32) for x in (q, k, v, do)]
+    with jax.default_matmul_precision("highest"):
+        o_ref, vjp_ref = jax.vjp(lambda q, k, v: reference_attention(q, k, v, mask), *up[:3])
+        grads_ref = vjp_ref(up[3])
+    errs = [rel_err(o, o_ref)] + [rel_err(g, r) for g, r in zip(grads, grads_ref)]
+    finite = bool(all(np.isfinite(np.asarray(x, np.float32)).all() for x in [o, *grads]))
+    return {"mask": mask_name, "dtype": jnp.dtype(dtype).name, "length": length,
+            "fwd_tiles": [mask_blocks.block_q, mask_blocks.block_k],
+            "rel_err_out": errs[0], "rel_err_dq": errs[1], "rel_err_dk": errs[2],
+            "rel_err_dv": errs[3], "finite": finite}
+
+
+def check(args, blocks: BlockSizes | None, interpret: bool) -> list[dict]:
+    """`check_row` for every mask kind in float32 and bf16, fresh inputs each."""
+    rows = []
+    for seed, (mask_name, dtype) in enumerate(
+            (m, d) for m in ("dense", "causal", "block_diffusion", "jacobi_forcing")
+            for d in (jnp.float32, jnp.bfloat16)):
+        try:
+            row = check_row(args, blocks, interpret, mask_name, dtype, seed)
+        except Exception as e:  # one failing case must not hide the others
+            row = {"mask": mask_name, "dtype": jnp.dtype(dtype).name,
+                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print("check", json.dumps(row), flush=True)
+        rows.append(row)
     return rows
 
 
@@ -123,6 +134,7 @@ def useful_flops(mask: MaskSpec, length: int, b: int, h: int, d: int) -> tuple[f
 
 def run_row(args, impl, mask_name, length, mode, blocks, interpret, dtype):
     mask = make_mask(mask_name, length, args.block)
+    blocks = blocks or BlockSizes.for_mask(mask, dtype)
     b, h, d = args.batch, args.heads, args.head_dim
     q, k, v, do = inputs(jax.random.key(length), b, length, h, d, dtype)
     fn = attention_fn(impl, mask_name, mask, blocks, interpret)
@@ -142,7 +154,8 @@ def run_row(args, impl, mask_name, length, mode, blocks, interpret, dtype):
             "ms": sec * 1e3, "compile_s": first, "tflops": flops / sec / 1e12,
             "visible_fraction": visible / length ** 2,
             "tiles_skipped": float(tiles.skipped_fraction(classes)),
-            "tiles_partial": float((classes == tiles.PARTIAL).mean())}
+            "tiles_partial": float((classes == tiles.PARTIAL).mean()),
+            "fwd_tiles": [blocks.block_q, blocks.block_k]}
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -197,15 +210,17 @@ def main(argv=None) -> int:
         args.iters, args.reps, args.check_length = 1, 1, 100
     lengths = args.lengths or ([128, 256] if tiny else [2048, 4096, 8192])
     impls = args.impls or (["pallas", "xla"] if interpret else ["pallas", "cudnn", "xla"])
-    blocks = BlockSizes(*(args.blocks or ([32, 32, 32, 32] if tiny else [128, 64, 64, 64])),
-                        num_warps=args.num_warps, num_stages=args.num_stages)
+    blocks = None  # per mask: BlockSizes.for_mask, the library default
+    if args.blocks or tiny:
+        blocks = BlockSizes(*(args.blocks or [32, 32, 32, 32]), num_warps=args.num_warps,
+                            num_stages=args.num_stages)
     dtype = jnp.float32 if interpret else jnp.bfloat16
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
               "jax": jax.__version__, "dtype": jnp.dtype(dtype).name, "batch": args.batch,
               "heads": args.heads, "head_dim": args.head_dim, "mask_block": args.block,
-              "tiles": [blocks.block_q, blocks.block_k, blocks.block_q_bwd, blocks.block_k_bwd],
+              "tiles": "BlockSizes.for_mask" if blocks is None else dataclasses.asdict(blocks),
               "num_warps": args.num_warps, "num_stages": args.num_stages,
               "checks": [], "rows": []}
 

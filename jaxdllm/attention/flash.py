@@ -42,7 +42,7 @@ class BlockSizes:
     """
 
     block_q: int = 128
-    block_k: int = 64
+    block_k: int = 128
     block_q_bwd: int = 64
     block_k_bwd: int = 64
     num_warps: int | None = None
@@ -56,6 +56,26 @@ class BlockSizes:
 
     def warps(self, bq: int, bk: int) -> int:
         return self.num_warps or (4 if bq * bk <= 64 * 64 else 8)
+
+    @classmethod
+    def for_mask(cls, mask: MaskSpec, dtype=jnp.bfloat16) -> "BlockSizes":
+        """Defaults, with forward tiles no larger than the mask's blocks when those are >= 64.
+
+        float32 inputs use 64x64 forward tiles: 128x128 float32 K/V tiles with two pipeline
+        stages need 256 KiB of shared memory, over the H100's 227 KiB.
+
+        Tiles that straddle a block boundary are partial; Jacobi-Forcing's interleaved
+        noisy/clean streams make 40% of 128-tiles partial at block 64 but 2% of 64-tiles
+        (H100 measurements in `sampling/results/`). Below 64 the tensor-core tiles would get
+        too small, so finer masks keep the defaults and pay for partial tiles.
+        """
+        blocks = cls()
+        if jnp.dtype(dtype).itemsize > 2:
+            blocks = dataclasses.replace(blocks, block_q=64, block_k=64)
+        if mask.block_size and 64 <= mask.block_size < blocks.block_q:
+            tile = 1 << (mask.block_size.bit_length() - 1)
+            blocks = dataclasses.replace(blocks, block_q=tile, block_k=tile)
+        return blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +111,15 @@ def _precision(dtype):
     return lax.Precision.HIGHEST if dtype == jnp.float32 else None
 
 
+def _dot(a, b, *, trans_a: bool = False, trans_b: bool = False):
+    """2-D matmul with float32 accumulation (`pl.dot` is gone from newer JAX)."""
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    return lax.dot_general(a, b, dims, precision=_precision(a.dtype), preferred_element_type=jnp.float32)
+
+
 def _scores(st: _Static, q, k):
     """`[bq, bk]` float32 scores in base 2 (scaled by log2 e for exp2)."""
-    return pl.dot(q, k, trans_b=True, precision=_precision(q.dtype)) * (st.scale * LOG2E)
+    return _dot(q, k, trans_b=True) * (st.scale * LOG2E)
 
 
 def _visit(order_ref, counts_ref, step, carry):
@@ -127,7 +153,7 @@ def _forward_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, *res
         m_new = jnp.maximum(m, s.max(axis=-1))
         alpha = jnp.exp2(m - m_new)
         p = jnp.exp2(s - m_new[:, None])
-        acc = alpha[:, None] * acc + pl.dot(p.astype(v.dtype), v, precision=_precision(v.dtype))
+        acc = alpha[:, None] * acc + _dot(p.astype(v.dtype), v)
         return acc, m_new, alpha * l + p.sum(axis=-1)
 
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq,), _MAX_FLOOR, jnp.float32),
@@ -154,9 +180,9 @@ def _dq_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, do_ref, l
             k_seg = None if kseg_ref is None else kseg_ref[keys]
             s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
         p = jnp.exp2(s - lse[:, None])
-        dp = pl.dot(do, v, trans_b=True, precision=_precision(v.dtype))
+        dp = _dot(do, v, trans_b=True)
         ds = p * (dp - delta[:, None])
-        return dq + pl.dot(ds.astype(k.dtype), k, precision=_precision(k.dtype))
+        return dq + _dot(ds.astype(k.dtype), k)
 
     dq = _visit(order_ref, counts_ref, step, jnp.zeros(q.shape, jnp.float32))
     dq_ref[...] = (dq * st.scale).astype(dq_ref.dtype)
@@ -179,10 +205,10 @@ def _dkv_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, do_ref, 
             q_seg = None if qseg_ref is None else qseg_ref[rows]
             s = jnp.where(_tile_visible(st, params_ref, i * bq, k_start, bq, bk, q_seg, k_seg), s, -jnp.inf)
         p = jnp.exp2(s - lse[:, None])
-        dv = dv + pl.dot(p.astype(do.dtype), do, trans_a=True, precision=_precision(do.dtype))
-        dp = pl.dot(do, v, trans_b=True, precision=_precision(v.dtype))
+        dv = dv + _dot(p.astype(do.dtype), do, trans_a=True)
+        dp = _dot(do, v, trans_b=True)
         ds = p * (dp - delta[:, None])
-        dk = dk + pl.dot(ds.astype(q.dtype), q, trans_a=True, precision=_precision(q.dtype))
+        dk = dk + _dot(ds.astype(q.dtype), q, trans_a=True)
         return dk, dv
 
     zeros = jnp.zeros(k.shape, jnp.float32)
@@ -336,14 +362,15 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
       mask: the structured mask (any kind, segment ids, traced `q_offset` / per-row
         `prefix_len` included).
       scale: score scale, default `1/sqrt(D)`.
-      block_sizes: tiles and launch settings; lengths are padded to tile multiples.
+      block_sizes: tiles and launch settings (default `BlockSizes.for_mask(mask)`); lengths
+        are padded to tile multiples.
       interpret: run the Pallas interpreter (default: when the backend is the CPU).
 
     Returns:
       `[B, Lq, H, D]` in `q.dtype`; zeros for a query with no visible key. Differentiable
       in q, k, v through the tile-skipping backward kernels.
     """
-    blocks = block_sizes or BlockSizes()
+    blocks = block_sizes or BlockSizes.for_mask(mask, q.dtype)
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
     if h % hkv:

@@ -96,7 +96,7 @@ class Attention(nnx.Module):
         self.v = Einsum("bld,dhk->blhk", (d, kv, hd), ("embed", "kv_heads", "head_dim"), **qkv_bias(kv, "kv_heads"), **kw)
         out_bias = dict(bias_shape=(d,), bias_axes=("embed",)) if c.out_bias else {}
         self.o = Einsum("blhk,hkd->bld", (h, hd, d), ("heads", "head_dim", "embed"), **out_bias, **kw)
-        self.impl = c.attention_impl
+        self.attention_impl = c.attention_impl  # a call-time override: model.set_attributes(attention_impl=...)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: MaskSpec, inv_freq: np.ndarray,
                  kv_cache: tuple[jax.Array, jax.Array] | None = None):
@@ -114,7 +114,7 @@ class Attention(nnx.Module):
             k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
             v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
             kv_cache = (k, v)
-        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.impl)
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.attention_impl)
         return self.o(out), kv_cache
 
 
