@@ -3,6 +3,7 @@
   jaxdllm generate --model DIR --prompt TEXT [--preset NAME] [overrides]
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
+  jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
 """
 
 from __future__ import annotations
@@ -110,6 +111,37 @@ def _convert(args) -> int:
     return 0
 
 
+def _train(args) -> int:
+    import jax
+
+    from jaxdllm.train import TrainConfig, Trainer
+
+    if args.distributed:  # multi-host: coordinator address etc. from the environment (JAX's own rules)
+        jax.distributed.initialize()
+    raw_config = TrainConfig.from_toml(args.recipe)
+    if args.set:
+        raw = raw_config.to_dict()
+        for item in args.set:
+            key, sep, value = item.partition("=")
+            section, dot, name = key.strip().partition(".")
+            if not sep or not dot:
+                from jaxdllm.models.config import ConfigError
+                raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {item!r}")
+            raw.setdefault(section, {})[name] = _parse_value(value.strip())
+        raw_config = TrainConfig.from_dict(raw)
+    trainer = Trainer(raw_config, workdir=args.workdir)
+    if trainer.restore():
+        print(f"resumed from step {trainer.step} in {trainer.workdir}", flush=True)
+    history = trainer.train(steps=args.steps)
+    if history:
+        last = history[-1]
+        print(f"step {last['step']}: loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s", flush=True)
+    if args.export:
+        out = trainer.export(args.export, dtype=args.export_dtype)
+        print(f"exported {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxdllm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,17 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shard-size", default="5GB", help="bytes per safetensors file, e.g. 2GB")
     p.add_argument("--orbax", action="store_true", help="write jaxdllm orbax state instead of safetensors")
     p.set_defaults(func=_convert)
+    p = sub.add_parser("train", help="train or fine-tune from a recipe (training/*.toml)")
+    p.add_argument("recipe", help="TOML recipe")
+    p.add_argument("--workdir", help="checkpoints + metrics.jsonl (default: the recipe's [checkpoint] dir)")
+    p.add_argument("--steps", type=int, help="train to this many steps instead of [train] steps")
+    p.add_argument("--export", help="write the final model as a Hugging Face checkpoint here")
+    p.add_argument("--export-dtype", choices=DTYPES, default=None)
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
+    p.set_defaults(func=_train)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from jaxdllm.checkpoint.hf_config import CheckpointError
+    from jaxdllm.data.records import DataError
     from jaxdllm.models.config import ConfigError
+    from jaxdllm.train.trainer import TrainingError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CheckpointError, ConfigError) as e:
+    except (CheckpointError, ConfigError, DataError, TrainingError) as e:
         print(f"jaxdllm {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,201 @@
+"""Training recipe: a TOML file of sections, read into validated dataclasses.
+
+```toml
+[model]        # preset = "tiny-llada" (+ any ModelConfig field to override) or init_from = "DIR"
+[data]         # source = "tasks" | "jsonl" | "gsm8k", seq_len, batch_size, ...
+[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm", eps
+[optim]        # lr, schedule, warmup_steps, weight_decay, b1, b2, clip, grad_accum
+[train]        # steps, seed, compute_dtype, on_nan
+[lora]         # rank (0 = off), alpha, targets
+[checkpoint]   # dir, every, keep
+[log]          # every, jsonl
+[mesh]         # data, fsdp, tensor (data = -1: all remaining devices)
+```
+Unknown keys and bad values fail at load time with the section and key named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from jaxdllm.models.config import ConfigError
+from jaxdllm.train.losses import OBJECTIVES
+from jaxdllm.train.lora import LoraConfig
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSection:
+    """`preset` plus overrides (a new model), or `init_from` (an HF or orbax checkpoint dir)."""
+
+    preset: str | None = None
+    init_from: str | None = None
+    overrides: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        _check((self.preset is None) != (self.init_from is None),
+               "[model] needs exactly one of preset = \"NAME\" or init_from = \"DIR\"")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSection:
+    """Where examples come from and how they are batched (`jaxdllm.data.BatchConfig` fields)."""
+
+    source: str = "tasks"
+    tasks: tuple[str, ...] = ("copy", "reverse", "sort", "add", "perm", "pick3")
+    examples_per_task: int = 20000
+    path: str | None = None            # jsonl file, or the GSM8K directory
+    split: str = "train"
+    on_error: str = "raise"            # malformed jsonl lines: "raise" or "skip"
+    seq_len: int = 32
+    batch_size: int = 64
+    pack: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        _check(self.source in ("tasks", "jsonl", "gsm8k"),
+               f"[data] source must be 'tasks', 'jsonl' or 'gsm8k', got {self.source!r}")
+        _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
+        _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        _check(self.examples_per_task > 0, "[data] examples_per_task must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveSection:
+    kind: str = "mdm_sft"
+    eps: float = 1e-3
+    block_size: int | None = None      # block_diffusion; default: the model's block_size
+
+    def __post_init__(self):
+        _check(self.kind in OBJECTIVES, f"[objective] kind must be one of {OBJECTIVES}, got {self.kind!r}")
+        _check(0 < self.eps < 1, f"[objective] eps must be in (0, 1), got {self.eps}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimSection:
+    lr: float = 1e-3
+    schedule: str = "cosine"           # constant | cosine | linear (after warmup)
+    warmup_steps: int = 0
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 0.01
+    b1: float = 0.9
+    b2: float = 0.999
+    clip: float | None = 1.0
+    grad_accum: int = 1
+
+    def __post_init__(self):
+        _check(self.lr > 0, f"[optim] lr must be positive, got {self.lr}")
+        _check(self.schedule in ("constant", "cosine", "linear"),
+               f"[optim] schedule must be constant, cosine or linear, got {self.schedule!r}")
+        _check(self.warmup_steps >= 0, "[optim] warmup_steps must be >= 0")
+        _check(self.grad_accum >= 1, f"[optim] grad_accum must be >= 1, got {self.grad_accum}")
+        _check(self.clip is None or self.clip > 0, "[optim] clip must be positive (or omitted)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSection:
+    steps: int = 1000
+    seed: int = 0
+    compute_dtype: str = "float32"     # bfloat16: bf16 matmuls, float32 master weights
+    on_nan: str = "stop"               # "stop": raise with the step number
+
+    def __post_init__(self):
+        _check(self.steps > 0, f"[train] steps must be positive, got {self.steps}")
+        _check(self.compute_dtype in ("float32", "bfloat16"),
+               f"[train] compute_dtype must be float32 or bfloat16, got {self.compute_dtype!r}")
+        _check(self.on_nan in ("stop", "skip"), f"[train] on_nan must be 'stop' or 'skip', got {self.on_nan!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSection:
+    dir: str | None = None
+    every: int = 500
+    keep: int = 2
+
+    def __post_init__(self):
+        _check(self.every > 0 and self.keep > 0, "[checkpoint] every and keep must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSection:
+    every: int = 50
+    jsonl: str | None = None           # default: <checkpoint dir>/metrics.jsonl
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSection:
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A whole recipe. `TrainConfig.from_toml(path)` or build it in Python."""
+
+    model: ModelSection
+    data: DataSection = DataSection()
+    objective: ObjectiveSection = ObjectiveSection()
+    optim: OptimSection = OptimSection()
+    train: TrainSection = TrainSection()
+    lora: LoraConfig = LoraConfig()
+    checkpoint: CheckpointSection = CheckpointSection()
+    log: LogSection = LogSection()
+    mesh: MeshSection = MeshSection()
+
+    def __post_init__(self):
+        _check(self.data.batch_size % self.optim.grad_accum == 0,
+               f"[data] batch_size {self.data.batch_size} must be a multiple of [optim] grad_accum "
+               f"{self.optim.grad_accum}")
+        _check(not (self.objective.kind == "block_diffusion" and self.data.pack),
+               "[objective] block_diffusion needs [data] pack = false (one example per row)")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - set(sections))
+        _check(not unknown, f"unknown recipe section(s) {unknown}; known: {sorted(sections)}")
+        _check("model" in raw, "the recipe needs a [model] section")
+        kwargs = {}
+        for name, value in raw.items():
+            _check(isinstance(value, dict), f"[{name}] must be a table")
+            if name == "model":
+                value = dict(value)
+                preset, init_from = value.pop("preset", None), value.pop("init_from", None)
+                kwargs[name] = ModelSection(preset=preset, init_from=init_from, overrides=value)
+                continue
+            klass = {"data": DataSection, "objective": ObjectiveSection, "optim": OptimSection,
+                     "train": TrainSection, "lora": LoraConfig, "checkpoint": CheckpointSection,
+                     "log": LogSection, "mesh": MeshSection}[name]
+            known = {f.name for f in dataclasses.fields(klass)}
+            bad = sorted(set(value) - known)
+            _check(not bad, f"[{name}] has unknown key(s) {bad}; known: {sorted(known)}")
+            kwargs[name] = klass(**value)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "TrainConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"recipe {path} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"recipe {path} is not valid TOML: {e}") from None
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        model = out.pop("model")
+        out["model"] = {k: v for k, v in (("preset", model["preset"]), ("init_from", model["init_from"])) if v}
+        out["model"].update(model["overrides"])
+        return out
