@@ -33,7 +33,7 @@ POLICIES = ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "
 SCHEDULED = ("llada", "prophet", "dream", "learn2pd")
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")  # policies whose steps per block are fixed by `steps`
 REMASKING = ("low_confidence", "random")
-CACHES = ("none", "prefix", "dual")
+CACHES = ("none", "prefix", "dual", "block")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +61,15 @@ class SamplerConfig:
       confidence_eos_eot_inf: EOS/EoT predictions get confidence 0 (committed last).
       stop_at_eos: a row stops once it has committed EOS and everything before it; the rest is
         filled with EOS. Off reproduces the published LLaDA sampler exactly.
-      cache: `none` (exact), `prefix` or `dual` (Fast-dLLM, approximate, refreshed per block).
-      cache_refresh_every_step: recompute the cache at every step (exact; for testing caches).
-      prompt_bucket: prompts are left-padded to a multiple of this, so a new prompt in the same
-        bucket reuses the compiled sampler.
+      cache: `none` (exact), `prefix` or `dual` (Fast-dLLM, approximate, refreshed per block;
+        bidirectional models), `block` (block-causal models: exact K/V cache of finished blocks,
+        Fast-dLLM v2 style; `block_length` must be a multiple or a divisor of the model's
+        `block_size`, and `gen_length` a multiple of `block_size`).
+      cache_refresh_every_step: recompute the `prefix`/`dual` cache at every step (exact; for
+        testing caches).
+      prompt_bucket: prompts are left-padded to a multiple of this (for block-causal models, of
+        lcm(prompt_bucket, block_size), so the generation starts on a block boundary), so a new
+        prompt in the same bucket reuses the compiled sampler.
       max_trajectory: record the canvas after each of the first `max_trajectory` steps.
     """
 

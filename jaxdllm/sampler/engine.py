@@ -8,11 +8,21 @@ and cache are separate pieces of the step; the loop only carries `SamplerState`.
 Prompts are left-padded to a multiple of `SamplerConfig.prompt_bucket` with segment id 0 and
 logical RoPE positions, so padding changes neither the mask nor the positions a row sees, and
 a new prompt in the same bucket reuses the compiled loop.
+
+Block-causal models (block diffusion, `ModelConfig.attention == "block_causal"`): the model's
+blocks are physical canvas positions, so the prompt is padded to a multiple of the model's
+`block_size` too and the generation starts on a block boundary. A row's blocks are then counted
+back from the end of its prompt (its first prompt block partial), whatever the padding, so a row
+decodes the same in any batch. (Fast-dLLM v2's own loop counts blocks from the prompt start and
+shares the prompt's last partial block with the first generated tokens; one block schedule for a
+left-padded batch cannot do that.) `cache="none"` runs the whole canvas under the block-causal
+mask each step; `cache="block"` is the exact KV cache of finished blocks (see `_forward`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -36,7 +46,9 @@ class SamplerState:
       canvas: `[B, T]` tokens (prompt, then the generation region, MASK where undecided).
       commit_step: `[B, T]` the row's NFE count at the forward that committed each token
         (0 for the prompt).
-      nfe: `[B]` forward passes that row took part in (a CFG step counts 2).
+      nfe: `[B]` decoding forward passes that row took part in (a CFG step counts 2). The
+        cache fills of `cache="block"` (prompt prefill, finished-window writes) commit nothing
+        and are not counted, so `nfe` and `commit_step` equal those of `cache="none"`.
       done: `[B]` rows that are finished.
       step, block, block_step: loop iteration, current block, iterations within the block.
       key: PRNG key; cache: `KVCache` or None; policy_state: per-policy carry.
@@ -75,6 +87,9 @@ class _Layout(NamedTuple):
     shift: int        # 1 for token-shifted models
     eos_eot: tuple[int, ...]
     eos_id: int | None
+    attention: str = "bidirectional"  # the model's mask kind: bidirectional or block_causal
+    block_size: int | None = None     # the model's block size (block_causal)
+    window: int = 0                   # cache="block": tokens fed per step, max(block_length, block_size)
 
 
 def validate(model: Transformer, prompt_len: int, config: SamplerConfig) -> None:
@@ -83,9 +98,23 @@ def validate(model: Transformer, prompt_len: int, config: SamplerConfig) -> None
     if mc.mask_token_id is None:
         raise ConfigError("the model config has no mask_token_id; set it (ModelConfig.mask_token_id) "
                           "to decode with a diffusion sampler")
-    if mc.attention != "bidirectional":
-        raise ConfigError(f"this sampler decodes bidirectional diffusion models; the model's attention "
-                          f"is {mc.attention!r}")
+    if mc.attention not in ("bidirectional", "block_causal"):
+        raise ConfigError(f"this sampler decodes diffusion models (bidirectional or block_causal attention); "
+                          f"the model's attention is {mc.attention!r}")
+    if mc.attention == "bidirectional" and config.cache == "block":
+        raise ConfigError("cache='block' caches the finished blocks of a block-causal model; this model is "
+                          "bidirectional: use cache='none', 'prefix' or 'dual'")
+    if mc.attention == "block_causal" and config.cache in ("prefix", "dual"):
+        raise ConfigError(f"cache={config.cache!r} is Fast-dLLM's approximate cache for bidirectional models; "
+                          "a block-causal model decodes exactly with cache='block' (or 'none')")
+    if config.cache == "block":
+        bl, bs, G = config.block_length, mc.block_size, config.gen_length
+        if bl % bs and bs % bl:
+            raise ConfigError(f"cache='block' needs block_length ({bl}) to be a multiple or a divisor of the "
+                              f"model's block_size ({bs})")
+        if G % bs:
+            raise ConfigError(f"cache='block' needs gen_length ({G}) to be a multiple of the model's "
+                              f"block_size ({bs})")
     if prompt_len + config.gen_length > mc.max_position:
         raise ConfigError(f"prompt ({prompt_len} tokens after bucketing) + gen_length ({config.gen_length}) "
                           f"exceeds the model's max_position ({mc.max_position})")
@@ -100,15 +129,15 @@ def _forward(model: Transformer, state: SamplerState, seg, positions, lay: _Layo
     `[B, G, V]` or None, cache, forward passes per active row)."""
     bl, G, Lp, T, shift = config.block_length, config.gen_length, lay.prompt_len, lay.total, lay.shift
     block_start = Lp + state.block * bl
-    spec = MaskSpec(kind="bidirectional", q_segment_ids=seg, kv_segment_ids=seg)
+    spec = MaskSpec(kind=lay.attention, block_size=lay.block_size, q_segment_ids=seg, kv_segment_ids=seg)
 
     if config.cache == "none":
         canvas = state.canvas
         if config.cfg_scale > 0:  # unconditional copy: the prompt replaced by MASK
             uncond = jnp.where(jnp.arange(T) < Lp, lay.mask_id, canvas)
             canvas = jnp.concatenate([canvas, uncond])
-            spec = MaskSpec(kind="bidirectional", q_segment_ids=jnp.concatenate([seg, seg]),
-                            kv_segment_ids=jnp.concatenate([seg, seg]))
+            spec = spec.replace(q_segment_ids=jnp.concatenate([seg, seg]),
+                                kv_segment_ids=jnp.concatenate([seg, seg]))
             positions = jnp.concatenate([positions, positions])
         if config.policy == "prophet":
             logits = model(canvas, positions, spec, logits_slice=(Lp - shift, G))
@@ -121,6 +150,28 @@ def _forward(model: Transformer, state: SamplerState, seg, positions, lay: _Layo
             block_logits = jax.lax.dynamic_slice_in_dim(logits, state.block * bl, bl, axis=1)
             return block_logits, logits, None, 2 if config.cfg_scale > 0 else 1
         return logits, None, None, 2 if config.cfg_scale > 0 else 1
+
+    if config.cache == "block":
+        # Exact: under block-causal attention the K/V of a finished block depend only on the
+        # finished tokens at and before it, and the cache holds them (prompt prefill in `_init`,
+        # each finished window rewritten from its final tokens in `_write_finished_window`).
+        # A step feeds only the current window: the model block(s) holding the decoding block,
+        # W = max(block_length, block_size) tokens; with W > block_length (Fast-dLLM v2
+        # sub-blocks) the later sub-blocks' masks are in view, as in the full-canvas forward.
+        # Token-shifted models also feed the token before the window, whose logit predicts the
+        # window's first token; it rewrites its own slot with the same K/V (its keys are final).
+        W = lay.window
+        window_start = Lp + (state.block * bl) // W * W
+        start = window_start - shift
+        ids = jax.lax.dynamic_slice_in_dim(state.canvas, start, W + shift, axis=1)
+        pos = jax.lax.dynamic_slice_in_dim(positions, start, W + shift, axis=1)
+        q_seg = jax.lax.dynamic_slice_in_dim(seg, start, W + shift, axis=1)
+        spec = MaskSpec(kind="block_causal", block_size=lay.block_size, q_offset=start, q_segment_ids=q_seg)
+        # The window's slots keep this step's (not yet final) K/V: no later block can see them,
+        # they are overwritten by the next step and by the finishing write, and keeping them lets
+        # XLA update the carried cache in place instead of copying it every step.
+        logits, cache = model(ids, pos, spec, state.cache, logits_slice=(block_start - window_start, bl))
+        return logits, None, cache, 1
 
     refresh = state.block_step == 0
     if config.cache_refresh_every_step:
@@ -214,6 +265,8 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
     block_full = ~(remaining & ~done[:, None]).any()
     block = state.block + block_full.astype(jnp.int32)
     done = done | (block >= config.num_blocks)
+    if config.cache == "block":
+        cache = _write_finished_window(model, cache, canvas, seg, positions, lay, config, block, block_full)
     trajectory = state.trajectory
     if config.max_trajectory:
         slot = jnp.minimum(state.step, config.max_trajectory - 1)
@@ -226,12 +279,38 @@ def _step(model: Transformer, state: SamplerState, seg, positions, lay: _Layout,
         policy_state=decision.policy_state, trajectory=trajectory)
 
 
-def _init(model: Transformer, prompt, key, lay: _Layout, config: SamplerConfig) -> SamplerState:
+def _write_finished_window(model: Transformer, cache: KVCache, canvas, seg, positions, lay: _Layout,
+                           config: SamplerConfig, block, block_full) -> KVCache:
+    """`cache="block"`: once the last decoding block of a window is full, rewrite the window's
+    K/V from its final tokens (the last step's K/V came from the canvas before that step's
+    commits). One forward of W tokens, not in `nfe` (it commits nothing). Skipped after the
+    last window: nothing reads it."""
+    W, bl = lay.window, config.block_length
+    finished = block_full & ((block * bl) % W == 0) & (block < config.num_blocks)
+    start = lay.prompt_len + block * bl - W
+
+    def write(cache):
+        ids = jax.lax.dynamic_slice_in_dim(canvas, start, W, axis=1)
+        pos = jax.lax.dynamic_slice_in_dim(positions, start, W, axis=1)
+        q_seg = jax.lax.dynamic_slice_in_dim(seg, start, W, axis=1)
+        spec = MaskSpec(kind="block_causal", block_size=lay.block_size, q_offset=start, q_segment_ids=q_seg)
+        return model(ids, pos, spec, cache, logits_slice=(W - 1, 1))[1]
+
+    return jax.lax.cond(finished, write, lambda c: c, cache)
+
+
+def _init(model: Transformer, prompt, seg, positions, key, lay: _Layout, config: SamplerConfig) -> SamplerState:
+    """The initial carry; `seg`, `positions`: `[B, T]` segment ids and RoPE positions of the canvas."""
     b = prompt.shape[0]
-    G, T, bl = config.gen_length, lay.total, config.block_length
+    G, T, bl, Lp = config.gen_length, lay.total, config.block_length, lay.prompt_len
     canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
     cache = None
-    if config.cache != "none":
+    if config.cache == "block":  # prefill: the prompt's K/V, once (not a decoding step: not in nfe)
+        cache = KVCache.init(model.config, b, T)
+        if Lp:
+            spec = MaskSpec(kind="block_causal", block_size=lay.block_size, q_segment_ids=seg[:, :Lp])
+            cache = model(prompt, positions[:, :Lp], spec, cache, logits_slice=(Lp - 1, 1))[1]
+    elif config.cache != "none":
         # prefix windows reach G slots past the canvas; they stay empty (segment 0)
         cache = KVCache.init(model.config, b, T + (G if config.cache == "prefix" else 0))
     policy_state = (jnp.zeros((b, bl, model.config.vocab_size), jnp.float32)
@@ -259,7 +338,7 @@ def _generate_compiled(graphdef, params, prompt, seg_prompt, key, filter_state=N
     model = nnx.merge(graphdef, params)
     learned_filter = _merge_filter(filter_def, filter_state)
     seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
-    state = _init(model, prompt, key, lay, config)
+    state = _init(model, prompt, seg, positions, key, lay, config)
     # Every iteration commits at least one token of every active row, so G + blocks
     # iterations always suffice; the bound only guards against a policy bug.
     limit = config.gen_length + config.num_blocks
@@ -277,15 +356,20 @@ def _prepare(model: Transformer, input_ids, attention_mask, config: SamplerConfi
     if mask.shape != ids.shape:
         raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
     lp = ids.shape[1]
-    extra = -lp % config.prompt_bucket
-    validate(model, lp + extra, config)
     mc = model.config
+    # block-causal: the generation must start on a model block boundary (see the module docstring)
+    bucket = (math.lcm(config.prompt_bucket, mc.block_size) if mc.attention == "block_causal"
+              else config.prompt_bucket)
+    extra = -lp % bucket
+    validate(model, lp + extra, config)
     pad_id = mc.pad_token_id if mc.pad_token_id is not None else 0
     ids = np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id)
     mask = np.pad(mask, ((0, 0), (extra, 0)))
     eos_eot = tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None)
     lay = _Layout(prompt_len=lp + extra, total=lp + extra + config.gen_length, mask_id=mc.mask_token_id,
-                  shift=int(mc.shift_logits), eos_eot=eos_eot, eos_id=mc.eos_token_id)
+                  shift=int(mc.shift_logits), eos_eot=eos_eot, eos_id=mc.eos_token_id,
+                  attention=mc.attention, block_size=mc.block_size,
+                  window=max(config.block_length, mc.block_size) if config.cache == "block" else 0)
     return ids, mask, lay, extra
 
 
@@ -310,7 +394,8 @@ def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mas
     """Decode `gen_length` tokens after each prompt in one compiled call.
 
     Args:
-      model: a bidirectional diffusion `Transformer` (LLaDA, Dream) with a `mask_token_id`.
+      model: a diffusion `Transformer` with a `mask_token_id`: bidirectional (LLaDA, Dream) or
+        block-causal (block diffusion, Fast-dLLM v2; `cache="none"` or the exact `"block"`).
       input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
       config: a `SamplerConfig` (see `SamplerConfig.preset`).
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
@@ -331,8 +416,9 @@ def generate(model: Transformer, input_ids, config: SamplerConfig, attention_mas
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config"))
-def _init_compiled(graphdef, params, prompt, key, *, lay, config):
-    return _init(nnx.merge(graphdef, params), prompt, key, lay, config)
+def _init_compiled(graphdef, params, prompt, seg_prompt, key, *, lay, config):
+    seg, positions = _segments_and_positions(seg_prompt, config.gen_length)
+    return _init(nnx.merge(graphdef, params), prompt, seg, positions, key, lay, config)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "lay", "config", "filter_def"))
@@ -350,7 +436,7 @@ def generate_stepwise(model: Transformer, input_ids, config: SamplerConfig, atte
     ids, mask, lay, extra = _prepare(model, input_ids, attention_mask, config)
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(0) if key is None else key
-    state = _init_compiled(graphdef, params, ids, key, lay=lay, config=config)
+    state = _init_compiled(graphdef, params, ids, mask, key, lay=lay, config=config)
     limit = config.gen_length + config.num_blocks
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
         state = _step_compiled(graphdef, params, state, mask, filter_state, lay=lay, config=config,
