@@ -116,7 +116,7 @@ class Trainer:
         key = jax.random.key(config.train.seed)
         if config.lora.enabled:
             self.frozen = params
-            self.trainable = jax.device_put(lora_lib.init_lora(params, config.lora, jax.random.fold_in(key, -1)),
+            self.trainable = jax.device_put(lora_lib.init_lora(params, config.lora, jax.random.fold_in(key, 0x1042A)),
                                             replicated)
             self._frozen_shardings = param_shardings
             self._trainable_shardings = jax.tree.map(lambda _: replicated, self.trainable)
@@ -125,16 +125,16 @@ class Trainer:
             self.trainable, self._trainable_shardings = params, param_shardings
         self.tx, self.schedule = make_optimizer(config.optim, config.train.steps)
         init = jax.jit(self.tx.init)
-        self._opt_shardings = init.lower(self.trainable).compile().output_shardings
-        self.opt_state = init(self.trainable)
+        # Moments follow their parameters; scalars (step counts) are replicated on the mesh.
+        self._opt_shardings = jax.tree.map(
+            lambda s: s if isinstance(s, NamedSharding) and s.mesh == self.mesh else replicated,
+            init.lower(self.trainable).compile().output_shardings)
+        self.opt_state = jax.device_put(init(self.trainable), self._opt_shardings)
         self.step = 0
         self._key = key
 
         self.examples = load_examples(config.data)
-        self.batch_config = BatchConfig(
-            seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
-            pack=config.data.pack, fill_with_eos=not config.data.pack,
-            num_shards=jax.process_count(), shard_index=jax.process_index())
+        self.batch_config = self.batch_config_for(config)
         self.batches = make_batch_iterator(self.examples, self.tokenizer, self.batch_config)
         self._batch_sharding = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), None))
 
@@ -155,6 +155,13 @@ class Trainer:
         self.history: list[dict] = []
 
     # -- construction ---------------------------------------------------------------------
+    @staticmethod
+    def batch_config_for(config: TrainConfig) -> BatchConfig:
+        """The batching of a recipe; this process keeps its slice of every global batch."""
+        return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
+                           pack=config.data.pack, fill_with_eos=not config.data.pack,
+                           num_shards=jax.process_count(), shard_index=jax.process_index())
+
     def _init_model(self) -> Transformer:
         c = self.config
         if c.model.init_from:
@@ -208,7 +215,7 @@ class Trainer:
             metrics = jax.tree.map(lambda m: m / accum, metrics)
             updates, new_opt = self.tx.update(grads, opt_state, trainable)
             new_trainable = optax.apply_updates(trainable, updates)
-            metrics["grad_norm"] = optax.global_norm(grads)
+            metrics["grad_norm"] = optax.tree_utils.tree_norm(grads)
             if on_nan_skip:  # keep the old state where the loss is not finite
                 ok = jnp.isfinite(metrics["loss"])
                 new_trainable = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_trainable, trainable)
