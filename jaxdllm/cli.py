@@ -1,6 +1,6 @@
 """The `jaxdllm` command line.
 
-  jaxdllm generate --model DIR --prompt TEXT [--preset NAME] [overrides]
+  jaxdllm generate [--model DIR] --prompt TEXT [--preset NAME] [overrides]
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
@@ -25,13 +25,31 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def _sampler_config(args):
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "checkpoints" / "tasks-llada-small"
+SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"  # per-checkpoint sampler defaults (e.g. a short gen_length)
+
+
+def _model_dir(args) -> Path:
+    from jaxdllm.checkpoint.hf_config import CheckpointError
+
+    if args.model is not None:
+        return Path(args.model)
+    if not (DEFAULT_MODEL / "config.json").is_file():
+        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL} is missing "
+                              "(it comes with a source checkout: pip install -e .)")
+    return DEFAULT_MODEL
+
+
+def _sampler_config(args, model_dir: Path | None = None):
     import dataclasses
 
     from jaxdllm.models.config import ConfigError
     from jaxdllm.sampler import SamplerConfig
 
     overrides = {}
+    defaults_file = None if model_dir is None else model_dir / SAMPLER_DEFAULTS_FILE
+    if defaults_file is not None and defaults_file.is_file():
+        overrides.update(json.loads(defaults_file.read_text()))
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -53,17 +71,14 @@ def _generate(args) -> int:
     import jax
     import numpy as np
 
-    from jaxdllm.checkpoint.hf_config import CheckpointError
     from jaxdllm.checkpoint.hf_io import from_pretrained
     from jaxdllm.sampler import generate
     from jaxdllm.tokenizer import Tokenizer
 
-    config = _sampler_config(args)  # bad options fail before any loading
-    if args.model is None:
-        raise CheckpointError("no --model given (a checkpoint directory with config.json, "
-                              "safetensors and tokenizer.json)")
-    model = from_pretrained(args.model)
-    tok = Tokenizer.from_pretrained(args.model)
+    model_dir = _model_dir(args)
+    config = _sampler_config(args, model_dir)  # bad options fail before any loading
+    model = from_pretrained(model_dir)
+    tok = Tokenizer.from_pretrained(model_dir)
     if tok.chat_template and not args.no_chat:
         ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], tokenize=True)
     else:
@@ -147,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("generate", help="decode a prompt with a diffusion LLM")
-    p.add_argument("--model", default=None, help="checkpoint directory")
+    p.add_argument("--model", default=None,
+                   help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--preset", default="llada", help="sampler preset (see SamplerConfig.preset)")
     p.add_argument("--gen-length", dest="gen_length", type=int)
