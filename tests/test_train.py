@@ -152,3 +152,15 @@ def test_gradient_accumulation_equals_the_full_batch_step(tmp_path):
         assert m_acc["loss"] == pytest.approx(m_full["loss"], rel=1e-6)
     for a, b in zip(jax.tree.leaves(full.trainable), jax.tree.leaves(accum.trainable)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)
+
+
+def test_fine_tune_from_an_exported_checkpoint(tmp_path):
+    first = Trainer(recipe(train={"steps": 2}), mesh=one_device())
+    first.train()
+    out = first.export(tmp_path / "base")
+    config = TrainConfig.from_dict({**recipe(train={"steps": 1}).to_dict(), "model": {"init_from": str(out)}})
+    tuned = Trainer(config, mesh=one_device())
+    assert tuned.model_config.embed_dim == MODEL["embed_dim"]
+    for a, b in zip(jax.tree.leaves(first.params()), jax.tree.leaves(tuned.params())):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # starts from the exported weights
+    assert math.isfinite(tuned.train()[-1]["loss"])

@@ -58,6 +58,7 @@ class DataSection:
     batch_size: int = 64
     pack: bool = False
     seed: int = 0
+    chat_template: bool = False        # wrap prompts in the tokenizer's chat template (instruct models)
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))

@@ -11,6 +11,7 @@ resumed run draws the same masks as an uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -134,6 +135,9 @@ class Trainer:
         self._key = key
 
         self.examples = load_examples(config.data)
+        if config.data.chat_template:
+            self.examples = [dataclasses.replace(e, prompt=self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": e.prompt}], add_generation_prompt=True)) for e in self.examples]
         self.batch_config = self.batch_config_for(config)
         self.batches = make_batch_iterator(self.examples, self.tokenizer, self.batch_config)
         self._batch_sharding = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), None))
@@ -160,6 +164,7 @@ class Trainer:
         """The batching of a recipe; this process keeps its slice of every global batch."""
         return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
                            pack=config.data.pack, fill_with_eos=not config.data.pack,
+                           add_bos=not config.data.chat_template,  # the template carries its own BOS
                            num_shards=jax.process_count(), shard_index=jax.process_index())
 
     def _init_model(self) -> Transformer:
@@ -170,7 +175,10 @@ class Trainer:
             overrides = dict(c.model.overrides)
             if (src / "jaxdllm_config.json").is_file():
                 return load_state(src, mesh=self.mesh)
-            return from_pretrained(src, compute_dtype=c.train.compute_dtype, mesh=self.mesh, **overrides)
+            # float32 master weights: AdamW steps of lr ~1e-5 vanish in bf16 weights.
+            dtype = overrides.pop("param_dtype", "float32")
+            return from_pretrained(src, dtype=dtype, compute_dtype=c.train.compute_dtype, mesh=self.mesh,
+                                   **overrides)
         model_config = build_model_config(c, self.tokenizer)
         return Transformer(model_config, rngs=nnx.Rngs(c.train.seed))
 
