@@ -122,6 +122,17 @@ def _scores(st: _Static, q, k):
     return _dot(q, k, trans_b=True) * (st.scale * LOG2E)
 
 
+def _key_tile(st: _Static, params_ref, k_ref, v_ref, kseg_ref, j, q, q_start, q_seg, bq, bk, masked: bool):
+    """Key tile `j`: its keys, values and base-2 scores against `q` (-inf where masked)."""
+    keys = pl.ds(j * bk, bk)
+    k, v = k_ref[keys, :], v_ref[keys, :]
+    s = _scores(st, q, k)
+    if masked:
+        k_seg = None if kseg_ref is None else kseg_ref[keys]
+        s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
+    return k, v, s
+
+
 def _visit(order_ref, counts_ref, step, carry):
     """Run `step(tile, carry, masked)` over the full tiles, then the partial ones."""
     n_full, n_partial = counts_ref[0], counts_ref[1]
@@ -144,12 +155,7 @@ def _forward_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, *res
 
     def step(j, carry, masked):
         acc, m, l = carry
-        keys = pl.ds(j * bk, bk)
-        k, v = k_ref[keys, :], v_ref[keys, :]
-        s = _scores(st, q, k)
-        if masked:
-            k_seg = None if kseg_ref is None else kseg_ref[keys]
-            s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
+        k, v, s = _key_tile(st, params_ref, k_ref, v_ref, kseg_ref, j, q, q_start, q_seg, bq, bk, masked)
         m_new = jnp.maximum(m, s.max(axis=-1))
         alpha = jnp.exp2(m - m_new)
         p = jnp.exp2(s - m_new[:, None])
@@ -173,12 +179,7 @@ def _dq_kernel(order_ref, counts_ref, params_ref, q_ref, k_ref, v_ref, do_ref, l
     q_seg = None if qseg_ref is None else qseg_ref[...]
 
     def step(j, dq, masked):
-        keys = pl.ds(j * bk, bk)
-        k, v = k_ref[keys, :], v_ref[keys, :]
-        s = _scores(st, q, k)
-        if masked:
-            k_seg = None if kseg_ref is None else kseg_ref[keys]
-            s = jnp.where(_tile_visible(st, params_ref, q_start, j * bk, bq, bk, q_seg, k_seg), s, -jnp.inf)
+        k, v, s = _key_tile(st, params_ref, k_ref, v_ref, kseg_ref, j, q, q_start, q_seg, bq, bk, masked)
         p = jnp.exp2(s - lse[:, None])
         dp = _dot(do, v, trans_b=True)
         ds = p * (dp - delta[:, None])
