@@ -58,3 +58,37 @@ def evaluate_task(model: Transformer, tokenizer: Tokenizer, task: str, config: S
 def evaluate_tasks(model: Transformer, tokenizer: Tokenizer, tasks, config: SamplerConfig, **kw) -> list[dict]:
     """`evaluate_task` for every task name in `tasks`."""
     return [evaluate_task(model, tokenizer, task, config, **kw) for task in tasks]
+
+
+def main(argv=None) -> int:
+    """`python -m jaxdllm.train.evaluate --model DIR`: the model card's table, as JSON."""
+    import argparse
+    import json
+
+    from jaxdllm.checkpoint import from_pretrained
+
+    p = argparse.ArgumentParser(description="accuracy and NFE on held-out task-suite prompts")
+    p.add_argument("--model", required=True)
+    p.add_argument("--tasks", nargs="*", default=["copy", "reverse", "sort", "add", "perm", "pick3"])
+    p.add_argument("--n", type=int, default=200, help="held-out prompts per task")
+    p.add_argument("--gen-length", type=int, default=16)
+    p.add_argument("--out", help="write the results here as JSON")
+    args = p.parse_args(argv)
+    model, tokenizer = from_pretrained(args.model, dtype="float32"), Tokenizer.from_pretrained(args.model)
+    g = args.gen_length
+    samplers = {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
+                "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+    results = {}
+    for name, config in samplers.items():
+        results[name] = evaluate_tasks(model, tokenizer, args.tasks, config, n=args.n)
+        for r in results[name]:
+            print(f"{name:10s} {r['task']:8s} accuracy {r['accuracy']:.3f}  NFE {r['mean_nfe']:.2f}  "
+                  f"answer tokens/forward {r['answer_tokens_per_forward']:.2f}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
