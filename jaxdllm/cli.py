@@ -30,7 +30,7 @@ SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"  # per-checkpoint sampler default
 
 
 def _model_dir(args) -> Path:
-    from jaxdllm.checkpoint.hf_config import CheckpointError
+    from jaxdllm.errors import CheckpointError
 
     if args.model is not None:
         return Path(args.model)
@@ -43,7 +43,7 @@ def _model_dir(args) -> Path:
 def _sampler_config(args, model_dir: Path | None = None):
     import dataclasses
 
-    from jaxdllm.models.config import ConfigError
+    from jaxdllm.errors import ConfigError
     from jaxdllm.sampler import SamplerConfig
 
     overrides = {}
@@ -140,7 +140,7 @@ def _train(args) -> int:
             key, sep, value = item.partition("=")
             section, dot, name = key.strip().partition(".")
             if not sep or not dot:
-                from jaxdllm.models.config import ConfigError
+                from jaxdllm.errors import ConfigError
                 raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {item!r}")
             raw.setdefault(section, {})[name] = _parse_value(value.strip())
         raw_config = TrainConfig.from_dict(raw)
@@ -201,10 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxdllm.checkpoint.hf_config import CheckpointError
-    from jaxdllm.data.records import DataError
-    from jaxdllm.models.config import ConfigError
-    from jaxdllm.train.trainer import TrainingError
+    from jaxdllm.errors import CheckpointError, ConfigError, DataError, TrainingError
 
     args = build_parser().parse_args(argv)
     try:

@@ -1,5 +1,8 @@
 """A checkpoint's tokenizer from its local `tokenizer.json` (the `tokenizers` library), with the
 chat template from `tokenizer_config.json` or `chat_template.jinja`. Never touches a hub.
+
+Also the helpers every tokenizer shares: `special_token_ids` (the `ModelConfig` special-id
+fields) and `decode_response` (generated ids up to EOS, as text).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import jinja2
 import jinja2.sandbox
 import tokenizers
 
-from jaxdllm.checkpoint.hf_config import CheckpointError
+from jaxdllm.errors import CheckpointError, DataError
 
 
 def _token_text(value) -> str | None:
@@ -104,3 +107,37 @@ class Tokenizer:
             messages=messages, add_generation_prompt=add_generation_prompt,
             **self.special_tokens, **kwargs)
         return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+# `special_token_ids` keys, as `ModelConfig` names them.
+_MODEL_FIELDS = {"pad_token": "pad_token_id", "bos_token": "bos_token_id", "eos_token": "eos_token_id",
+                 "mask_token": "mask_token_id", "eot_token": "eot_token_id"}
+
+
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
+    """Every special-id field of `ModelConfig` for this tokenizer: `pad_token_id`, `bos_token_id`,
+    `eos_token_id`, `mask_token_id`, `eot_token_id`.
+
+    Ids come from the token names in `tokenizer.special_tokens` (`tokenizer_config.json`); a field
+    whose token the tokenizer does not name is None (the character tokenizer names no
+    end-of-turn token), so `ModelConfig.preset(name, vocab_size=..., **ids)` keeps no stale id
+    from the preset. A named token missing from the vocabulary raises `DataError`.
+    """
+    out = {}
+    for key, field in _MODEL_FIELDS.items():
+        text = tokenizer.special_tokens.get(key)
+        token_id = None if text is None else tokenizer.token_to_id(text)
+        if text is not None and token_id is None:
+            raise DataError(f"the tokenizer's {key} {text!r} is not in its vocabulary")
+        out[field] = token_id
+    return out
+
+
+def decode_response(tokenizer: Tokenizer, ids: Sequence[int], eos_id: int | None = None) -> str:
+    """The text of generated `ids` up to the first EOS (default: the tokenizer's `eos_token`)."""
+    if eos_id is None:
+        eos_id = special_token_ids(tokenizer)["eos_token_id"]
+    ids = [int(i) for i in ids]
+    if eos_id is not None and eos_id in ids:
+        ids = ids[:ids.index(eos_id)]
+    return tokenizer.decode(ids, skip_special_tokens=True)

@@ -5,7 +5,8 @@ index `q_offset + i` (queries offset into a cached prefix), key column `j` at in
 RoPE positions are separate (the model takes explicit `positions`), so left padding or the
 block-diffusion `[x_t; x_0]` layout never changes the mask rules.
 
-Kinds (see `../shared/reference/algorithms.md` §5 and §7):
+Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi Forcing is Hu et al.
+2025's noisy/clean packing):
   * `bidirectional`: every key is visible.
   * `causal`: key j is visible to query i iff j <= i.
   * `block_causal`: iff j // block_size <= i // block_size.

@@ -1,6 +1,7 @@
 """Checkpoint import/export: Hugging Face safetensors layouts and orbax state."""
 
-from jaxdllm.checkpoint.hf_config import CheckpointError, config_from_hf, config_to_hf
+from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf
+from jaxdllm.errors import CheckpointError
 from jaxdllm.checkpoint.hf_io import from_pretrained, save_pretrained
 from jaxdllm.checkpoint.orbax_io import load_state, save_state
 

@@ -9,18 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jaxdllm.models.config import ConfigError, ModelConfig, RopeScaling
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message names the file or tensor."""
+from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.models.config import LLADA_SPECIAL_IDS, LLADA_VOCAB_SIZE, ModelConfig, RopeScaling
 
 
 SUPPORTED_MODEL_TYPES = ("llada", "qwen2", "dream", "llama")
-# LLaDA-8B's config.json omits these; they are fixed by its tokenizer.
-_LLADA_8B_VOCAB = 126464
-_LLADA_8B_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
-                     pad_token_id=126081, bos_token_id=126080)
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
@@ -81,7 +74,7 @@ def _llada_config(raw: dict, where: str) -> ModelConfig:
         if key in raw and raw[key] != ok:
             raise CheckpointError(f"{where}: LLaDA config {key}={raw[key]!r} is not supported (need {ok!r})")
     vocab = int(raw.get("embedding_size") or raw["vocab_size"])
-    ids = dict(_LLADA_8B_IDS) if vocab == _LLADA_8B_VOCAB else {}
+    ids = dict(LLADA_SPECIAL_IDS) if vocab == LLADA_VOCAB_SIZE else {}
     for key in ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id", "eot_token_id"):
         if raw.get(key) is not None:
             ids[key] = _first_id(raw[key])

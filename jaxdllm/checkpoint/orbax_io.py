@@ -11,7 +11,7 @@ from flax import nnx
 from jax.sharding import Mesh, SingleDeviceSharding
 
 from jaxdllm import sharding as shd
-from jaxdllm.checkpoint.hf_config import CheckpointError
+from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 

@@ -6,7 +6,7 @@ Modules (one job each):
 - `tasks`, `word_problems`: the task suite (`Task`, registry) with a checker per task.
 - `splits`: `make_split` / `make_mixture`, train and test disjoint by instance hash.
 - `jsonl`: `read_jsonl` / `write_jsonl` with line-numbered errors and a skip mode.
-- `gsm8k`: `load_gsm8k` from `../shared/data/gsm8k`.
+- `gsm8k`: `load_gsm8k` from a local directory (`path`, or `$JAXDLLM_GSM8K_DIR`).
 - `char_tokenizer`: the fixed character vocabulary as a Hugging Face `tokenizer.json`.
 - `batching`: `BatchConfig`, `tokenize_examples`, `BatchIterator` (resumable state).
 """
@@ -14,11 +14,12 @@ Modules (one job each):
 from jaxdllm.data.answers import extract_final_answer, same_number
 from jaxdllm.data.batching import (BATCH_KEYS, BatchConfig, BatchIterator, SpecialIds, TokenizedExample,
                                    make_batch_iterator, tokenize_examples)
-from jaxdllm.data.char_tokenizer import (build_char_tokenizer, decode_response, save_char_tokenizer,
-                                         special_token_ids)
+from jaxdllm.data.char_tokenizer import build_char_tokenizer, save_char_tokenizer
 from jaxdllm.data.gsm8k import default_gsm8k_dir, load_gsm8k
 from jaxdllm.data.jsonl import JsonlConfig, JsonlDataset, read_jsonl, write_jsonl
-from jaxdllm.data.records import DataError, DatasetNotFoundError, Example
+from jaxdllm.data.records import Example
+from jaxdllm.errors import DataError, DatasetNotFoundError
+from jaxdllm.tokenizer import decode_response, special_token_ids  # re-exported: used with every dataset
 from jaxdllm.data.splits import instance_split, make_mixture, make_split
 from jaxdllm.data.tasks import (AdditionTask, CopyTask, PermutationTask, PickTask, ReverseTask, SortTask, Task,
                                 get_task, register_task, task_names)

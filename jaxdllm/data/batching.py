@@ -35,9 +35,9 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
-from jaxdllm.data.char_tokenizer import special_token_ids
-from jaxdllm.data.records import DataError, Example
-from jaxdllm.models.config import ConfigError
+from jaxdllm.tokenizer import special_token_ids
+from jaxdllm.data.records import Example
+from jaxdllm.errors import ConfigError, DataError, require_positive_int
 from jaxdllm.tokenizer import Tokenizer
 
 BATCH_KEYS = ("tokens", "prompt_mask", "target_mask", "segment_ids", "positions")
@@ -77,17 +77,15 @@ class BatchConfig:
 
     def __post_init__(self):
         for name in ("seq_len", "batch_size", "num_shards"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"BatchConfig.{name} must be a positive integer, got {value!r}")
+            require_positive_int(getattr(self, name), f"BatchConfig.{name}")
         if self.seq_len < 2:
             raise ConfigError(f"BatchConfig.seq_len must be at least 2, got {self.seq_len}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"BatchConfig.seed must be a non-negative integer, got {self.seed!r}")
         if self.on_too_long not in ("error", "skip"):
             raise ConfigError(f"BatchConfig.on_too_long must be 'error' or 'skip', got {self.on_too_long!r}")
-        if self.num_epochs is not None and (not isinstance(self.num_epochs, int) or self.num_epochs <= 0):
-            raise ConfigError(f"BatchConfig.num_epochs must be a positive integer or None, got {self.num_epochs!r}")
+        if self.num_epochs is not None:
+            require_positive_int(self.num_epochs, "BatchConfig.num_epochs (or None)")
         if self.batch_size % self.num_shards:
             raise ConfigError(f"BatchConfig.batch_size ({self.batch_size}) must be a multiple of "
                               f"num_shards ({self.num_shards}): every shard gets the same number of rows")

@@ -10,7 +10,7 @@ with `add_special_tokens=False` and adds BOS/EOS itself. Decoding concatenates c
 
 `save_char_tokenizer(dir)` writes `tokenizer.json` + `tokenizer_config.json` next to a
 `save_pretrained` checkpoint, so `jaxdllm.Tokenizer.from_pretrained(dir)` (and transformers'
-`PreTrainedTokenizerFast`) load it back; `special_token_ids` gives the `ModelConfig` ids.
+`PreTrainedTokenizerFast`) load it back; `jaxdllm.tokenizer.special_token_ids` gives the `ModelConfig` ids.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Sequence
 
 import tokenizers
 from tokenizers import Regex, decoders, models, pre_tokenizers, processors
 
-from jaxdllm.data.records import DataError
 from jaxdllm.tokenizer import Tokenizer
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>",
@@ -32,10 +30,6 @@ CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
 VOCAB = tuple(SPECIAL_TOKENS.values()) + tuple(CHARS)
 PAD_ID, BOS_ID, EOS_ID, MASK_ID, UNK_ID = range(5)
 VOCAB_SIZE = len(VOCAB)
-
-# `special_token_ids` keys, as `ModelConfig` names them.
-_MODEL_FIELDS = {"pad_token": "pad_token_id", "bos_token": "bos_token_id", "eos_token": "eos_token_id",
-                 "mask_token": "mask_token_id", "eot_token": "eot_token_id"}
 
 
 def build_char_tokenizer() -> Tokenizer:
@@ -62,32 +56,3 @@ def save_char_tokenizer(directory: str | os.PathLike, *, model_max_length: int |
         config["model_max_length"] = int(model_max_length)
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return directory
-
-
-def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
-    """Every special-id field of `ModelConfig` for this tokenizer: `pad_token_id`, `bos_token_id`,
-    `eos_token_id`, `mask_token_id`, `eot_token_id`.
-
-    Ids come from the token names in `tokenizer.special_tokens` (`tokenizer_config.json`); a field
-    whose token the tokenizer does not name is None (the character tokenizer names no
-    end-of-turn token), so `ModelConfig.preset(name, vocab_size=..., **ids)` keeps no stale id
-    from the preset. A named token missing from the vocabulary raises `DataError`.
-    """
-    out = {}
-    for key, field in _MODEL_FIELDS.items():
-        text = tokenizer.special_tokens.get(key)
-        token_id = None if text is None else tokenizer.token_to_id(text)
-        if text is not None and token_id is None:
-            raise DataError(f"the tokenizer's {key} {text!r} is not in its vocabulary")
-        out[field] = token_id
-    return out
-
-
-def decode_response(tokenizer: Tokenizer, ids: Sequence[int], eos_id: int | None = None) -> str:
-    """The text of generated `ids` up to the first EOS (default: the tokenizer's `eos_token`)."""
-    if eos_id is None:
-        eos_id = special_token_ids(tokenizer)["eos_token_id"]
-    ids = [int(i) for i in ids]
-    if eos_id is not None and eos_id in ids:
-        ids = ids[:ids.index(eos_id)]
-    return tokenizer.decode(ids, skip_special_tokens=True)

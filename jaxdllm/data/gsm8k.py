@@ -18,8 +18,8 @@ from pathlib import Path
 
 from jaxdllm.data.answers import extract_final_answer
 from jaxdllm.data.jsonl import JsonlConfig, iter_jsonl_lines, parse_line
-from jaxdllm.data.records import DataError, DatasetNotFoundError, Example
-from jaxdllm.models.config import ConfigError
+from jaxdllm.data.records import Example
+from jaxdllm.errors import ConfigError, DataError, DatasetNotFoundError
 
 ENV_VAR = "JAXDLLM_GSM8K_DIR"
 SPLITS = ("train", "test")

@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
-from jaxdllm.data.records import DataError, DatasetNotFoundError, Example
-from jaxdllm.models.config import ConfigError
+from jaxdllm.data.records import Example
+from jaxdllm.errors import ConfigError, DataError, DatasetNotFoundError
 
 ON_ERROR = ("raise", "skip")
 

@@ -1,16 +1,10 @@
-"""The record every data module passes around (`Example`) and the data errors."""
+"""The record every data module passes around: `Example`."""
 
 from __future__ import annotations
 
 import dataclasses
 
-
-class DataError(ValueError):
-    """A dataset that cannot be used; the message names the file, line or example and the fix."""
-
-
-class DatasetNotFoundError(DataError, FileNotFoundError):
-    """A dataset file or directory that does not exist (the message names the path)."""
+from jaxdllm.errors import DataError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,10 @@ from typing import Iterable
 
 import numpy as np
 
-from jaxdllm.data.records import DataError, Example
+from jaxdllm.data.records import Example
+from jaxdllm.errors import DataError
 from jaxdllm.data.tasks import Task, get_task
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 
 SPLITS = ("train", "test")
 DEFAULT_TEST_FRACTION = 0.1

@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from jaxdllm.data.records import Example
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
 

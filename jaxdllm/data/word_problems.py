@@ -33,7 +33,7 @@ from typing import ClassVar
 
 from jaxdllm.data.answers import extract_final_answer, same_number
 from jaxdllm.data.tasks import Task, register_task
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 
 NAMES = ("ann", "bob", "eve", "tom", "sam", "max", "liz", "ben", "kim", "joe")
 ITEMS = ("pens", "eggs", "cards", "books", "cups", "hats")

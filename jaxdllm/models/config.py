@@ -1,7 +1,7 @@
 """`ModelConfig`: one validated dataclass for LLaDA, Dream, Qwen2, Llama and block-diffusion models.
 
-Presets carry the published sizes (see `../shared/reference/architectures.md`); tiny presets
-exist for tests. A config is immutable and hashable, so it can be a static jit argument.
+Presets carry the published sizes (LLaDA-8B, Dream-v0-7B, Qwen2.5-7B, Llama-3-8B, Fast-dLLM v2 7B;
+each preset's comment names its checkpoint); tiny presets exist for tests. A config is immutable and hashable, so it can be a static jit argument.
 """
 
 from __future__ import annotations
@@ -11,16 +11,14 @@ from typing import Any, Literal
 
 import jax.numpy as jnp
 
+from jaxdllm.errors import ConfigError, require_positive_int
+
 AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
 # Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names.
 CHECKPOINT_FORMATS = ("llada", "hf")
 DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALING_TYPES = ("llama3", "linear")
-
-
-class ConfigError(ValueError):
-    """A model or sampler configuration that cannot work; the message says what to change."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,9 +109,7 @@ class ModelConfig:
     def __post_init__(self):
         for name in ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "mlp_dim", "max_position"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            require_positive_int(getattr(self, name), name)
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
@@ -194,17 +190,19 @@ class ModelConfig:
         return dataclasses.replace(PRESETS[name], **overrides)
 
 
-_LLADA_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
-                  pad_token_id=126081, bos_token_id=126080)
+# LLaDA-8B's tokenizer: its config.json omits these, so checkpoint import reads them from here.
+LLADA_VOCAB_SIZE = 126464
+LLADA_SPECIAL_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
+                         pad_token_id=126081, bos_token_id=126080)
 _QWEN_IDS = dict(eos_token_id=151643, pad_token_id=151643, bos_token_id=151643)
 
 PRESETS: dict[str, ModelConfig] = {
     # LLaDA-8B-Base / -Instruct (GSAI-ML/LLaDA-8B-*).
     "llada-8b": ModelConfig(
-        vocab_size=126464, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=32,
+        vocab_size=LLADA_VOCAB_SIZE, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=32,
         head_dim=128, mlp_dim=12288, attention="bidirectional", rope_theta=500000.0,
         norm_eps=1e-5, max_position=4096, param_dtype="bfloat16", dtype="bfloat16",
-        checkpoint_format="llada", model_type="llada", **_LLADA_IDS),
+        checkpoint_format="llada", model_type="llada", **LLADA_SPECIAL_IDS),
     # Dream-v0-Base/Instruct-7B: bidirectional Qwen2 with token-shifted logits.
     "dream-7b": ModelConfig(
         vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 
 POLICIES = ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "prophet", "dream",
             "learn2pd")

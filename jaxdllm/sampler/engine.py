@@ -32,7 +32,7 @@ from flax import nnx, struct
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.models.cache import KVCache
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.sampler import policies
 from jaxdllm.sampler.config import SamplerConfig

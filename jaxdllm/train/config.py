@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 from jaxdllm.train.losses import OBJECTIVES
 from jaxdllm.train.lora import LoraConfig
 

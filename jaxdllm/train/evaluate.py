@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from jaxdllm.data import decode_response, get_task, make_split
+from jaxdllm.data import get_task, make_split
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.sampler import SamplerConfig, generate
-from jaxdllm.tokenizer import Tokenizer
+from jaxdllm.tokenizer import Tokenizer, decode_response
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.models.config import ConfigError
+from jaxdllm.errors import ConfigError
 
 # Where each kernel splits into (input dims, output dims).
 _SPLIT = {"q": 1, "k": 1, "v": 1, "o": 2, "gate": 1, "up": 1, "down": 1}

@@ -28,16 +28,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxdllm import sharding as shd
 from jaxdllm.data import (BatchConfig, JsonlConfig, build_char_tokenizer, load_gsm8k, make_batch_iterator,
                           make_mixture, read_jsonl, save_char_tokenizer, special_token_ids)
-from jaxdllm.models.config import ConfigError, ModelConfig
+from jaxdllm.errors import ConfigError, TrainingError
+from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train import lora as lora_lib
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.losses import make_loss
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (a NaN loss, a checkpoint from another model)."""
 
 
 # ------------------------------------------------------------------------------ pieces --
