@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxdllm.attention import MaskSpec, attend
+from forward import forward
 from mask_rules import brute_force
 
 
@@ -106,3 +107,39 @@ def test_rows_without_visible_keys_are_zero_not_nan(impl):
 def test_unknown_impl_is_refused():
     with pytest.raises(ValueError, match="attention impl must be one of"):
         attend(jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)), MaskSpec(), impl="magic")
+
+
+def test_a_backend_registered_outside_the_package_serves_attend_and_the_model():
+    """The registry seam: a backend defined here (a naive numpy-style loop over the dense mask) is
+    selectable by name in `attend` and in `ModelConfig.attention_impl`, and agrees with `reference`."""
+    from flax import nnx
+
+    import jaxdllm
+    from jaxdllm.attention import implementations, register_backend
+
+    calls = []
+
+    def loop_backend(q, k, v, mask, *, scale=None, **_):
+        calls.append(mask.kind)
+        visible = mask.dense(q.shape[1], k.shape[1])
+        group = q.shape[2] // k.shape[2]
+        kk, vv = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, kk) * (scale or q.shape[-1] ** -0.5)
+        s = jnp.where(visible[:, None], s, -jnp.inf)
+        p = jnp.nan_to_num(jnp.exp(s - jnp.max(s, -1, keepdims=True)))
+        p = p / jnp.maximum(p.sum(-1, keepdims=True), 1e-30)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, vv).astype(q.dtype)
+
+    register_backend("test_loop", loop_backend)
+    assert "test_loop" in implementations()
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 6, 4, 8), (2, 6, 2, 8), (2, 6, 2, 8)))
+    mask = MaskSpec(kind="causal")
+    np.testing.assert_allclose(attend(q, k, v, mask, impl="test_loop"), attend(q, k, v, mask, impl="reference"),
+                               atol=1e-5)
+    config = jaxdllm.ModelConfig.preset("tiny-llama")
+    ids = jnp.asarray(rng.integers(0, 200, (1, 7)), jnp.int32)
+    ref = forward(jaxdllm.Transformer(config.replace(attention_impl="reference"), rngs=nnx.Rngs(0)), ids)
+    ours = forward(jaxdllm.Transformer(config.replace(attention_impl="test_loop"), rngs=nnx.Rngs(0)), ids)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=1e-4)
+    assert len(calls) > config.num_layers - 1

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdllm.attention import MaskSpec, tiles
-from jaxdllm.attention.flash import BlockSizes, flash_attention
+from jaxdllm.attention.triton_flash import BlockSizes, flash_attention
 from jaxdllm.attention.reference import reference_attention
 
 

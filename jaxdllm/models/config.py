@@ -72,7 +72,7 @@ class ModelConfig:
       mask_token_id, eos_token_id, eot_token_id, pad_token_id, bos_token_id: special ids.
       checkpoint_format: `llada` or `hf` (Qwen2/Llama tensor names).
       model_type: the `model_type` written to config.json on export.
-      attention_impl: attention implementation, see `jaxdllm.attention.IMPLEMENTATIONS`.
+      attention_impl: attention implementation, one of `jaxdllm.attention.implementations()`.
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -135,11 +135,11 @@ class ModelConfig:
             tid = getattr(self, name)
             if tid is not None and not 0 <= tid < self.vocab_size:
                 raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
-        from jaxdllm.attention import IMPLEMENTATIONS  # local: attention imports nothing from models
+        from jaxdllm.attention import implementations  # local: attention imports nothing from models
 
-        if self.attention_impl not in IMPLEMENTATIONS:
+        if self.attention_impl not in implementations():
             raise ConfigError(
-                f"attention_impl must be one of {IMPLEMENTATIONS}, got {self.attention_impl!r}")
+                f"attention_impl must be one of {implementations()}, got {self.attention_impl!r}")
 
     # -- derived ------------------------------------------------------------------------------
     @property

@@ -1,4 +1,4 @@
-"""Tile-skipping flash attention in Pallas (GPU via Triton; any backend with `interpret=True`).
+"""Tile-skipping flash attention in Pallas on Triton (NVIDIA GPUs; any backend with `interpret=True`).
 
 Forward: one program per (row, head, query tile) walks that tile's schedule (`tiles.py`):
 full key tiles first with no mask arithmetic, then partial tiles with the mask rule evaluated
