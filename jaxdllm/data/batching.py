@@ -35,10 +35,9 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
-from jaxdllm.tokenizer import special_token_ids
 from jaxdllm.data.records import Example
 from jaxdllm.errors import ConfigError, DataError, require_positive_int
-from jaxdllm.tokenizer import Tokenizer
+from jaxdllm.tokenizer import Tokenizer, special_token_ids
 
 BATCH_KEYS = ("tokens", "prompt_mask", "target_mask", "segment_ids", "positions")
 

@@ -3,7 +3,7 @@
 ```toml
 [model]        # preset = "tiny-llada" (+ any ModelConfig field to override) or init_from = "DIR"
 [data]         # source = "tasks" | "jsonl" | "gsm8k", seq_len, batch_size, ...
-[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm", eps
+[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm", + its settings (eps, ...)
 [optim]        # lr, schedule, warmup_steps, weight_decay, b1, b2, clip, grad_accum
 [train]        # steps, seed, compute_dtype, on_nan
 [lora]         # rank (0 = off), alpha, targets
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdllm.errors import ConfigError
-from jaxdllm.train.losses import OBJECTIVES
+from jaxdllm.train.objectives import make_objective, objective_class
 from jaxdllm.train.lora import LoraConfig
 
 
@@ -71,13 +71,17 @@ class DataSection:
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveSection:
+    """`kind` names a registered objective (`jaxdllm.train.objectives`); every other key of the
+    section is one of that objective's settings (e.g. `eps`, `block_size`), checked here."""
+
     kind: str = "mdm_sft"
-    eps: float = 1e-3
-    block_size: int | None = None      # block_diffusion; default: the model's block_size
+    settings: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        _check(self.kind in OBJECTIVES, f"[objective] kind must be one of {OBJECTIVES}, got {self.kind!r}")
-        _check(0 < self.eps < 1, f"[objective] eps must be in (0, 1), got {self.eps}")
+        make_objective(self.kind, self.settings)  # unknown kind or keys, bad values: fail at load time
+
+    def __hash__(self):
+        return hash((self.kind, tuple(sorted(self.settings.items()))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +161,8 @@ class TrainConfig:
         _check(self.data.batch_size % self.optim.grad_accum == 0,
                f"[data] batch_size {self.data.batch_size} must be a multiple of [optim] grad_accum "
                f"{self.optim.grad_accum}")
-        _check(not (self.objective.kind == "block_diffusion" and self.data.pack),
-               "[objective] block_diffusion needs [data] pack = false (one example per row)")
+        _check(objective_class(self.objective.kind).packing or not self.data.pack,
+               f"[objective] {self.objective.kind} needs [data] pack = false (one example per row)")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
@@ -174,7 +178,11 @@ class TrainConfig:
                 preset, init_from = value.pop("preset", None), value.pop("init_from", None)
                 kwargs[name] = ModelSection(preset=preset, init_from=init_from, overrides=value)
                 continue
-            klass = {"data": DataSection, "objective": ObjectiveSection, "optim": OptimSection,
+            if name == "objective":
+                value = dict(value)
+                kwargs[name] = ObjectiveSection(kind=value.pop("kind", ObjectiveSection.kind), settings=value)
+                continue
+            klass = {"data": DataSection, "optim": OptimSection,
                      "train": TrainSection, "lora": LoraConfig, "checkpoint": CheckpointSection,
                      "log": LogSection, "mesh": MeshSection}[name]
             known = {f.name for f in dataclasses.fields(klass)}
@@ -199,4 +207,6 @@ class TrainConfig:
         model = out.pop("model")
         out["model"] = {k: v for k, v in (("preset", model["preset"]), ("init_from", model["init_from"])) if v}
         out["model"].update(model["overrides"])
+        objective = out.pop("objective")
+        out["objective"] = {"kind": objective["kind"], **objective["settings"]}
         return out

@@ -34,7 +34,7 @@ from jaxdllm.models.transformer import Transformer
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train import lora as lora_lib
 from jaxdllm.train.config import TrainConfig
-from jaxdllm.train.losses import make_loss
+from jaxdllm.train.objectives import Views, make_objective
 
 
 # ------------------------------------------------------------------------------ pieces --
@@ -139,11 +139,7 @@ class Trainer:
         self.batches = make_batch_iterator(self.examples, self.tokenizer, self.batch_config)
         self._batch_sharding = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), None))
 
-        block = config.objective.block_size or self.model_config.block_size
-        self.loss_fn = make_loss(config.objective.kind, mask_id=self.model_config.mask_token_id,
-                                 eps=config.objective.eps, block_size=block,
-                                 attention="bidirectional" if self.model_config.attention == "bidirectional"
-                                 else self.model_config.attention)
+        self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
         self._step_fn = self._compile_step()
 
         self.workdir = Path(workdir or config.checkpoint.dir).absolute() if (workdir or config.checkpoint.dir) else None
@@ -200,7 +196,7 @@ class Trainer:
             params = lora_lib.merge(frozen, trainable, lora_cfg) if lora_cfg.enabled else trainable
             model = self.model_from(params)
             apply = lambda tokens, positions, mask: model(tokens, positions=positions, attention=mask)
-            return self.loss_fn(apply, micro, key)
+            return self.objective(Views(student=apply, config=self.model_config), micro, key)
 
         def step(trainable, frozen, opt_state, batch, key):
             micro = jax.tree.map(lambda x: x.reshape(accum, x.shape[0] // accum, *x.shape[1:]), batch)
