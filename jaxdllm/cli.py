@@ -41,10 +41,8 @@ def _model_dir(args) -> Path:
 
 
 def _sampler_config(args, model_dir: Path | None = None):
-    import dataclasses
-
+    from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
-    from jaxdllm.sampler import SamplerConfig
 
     overrides = {}
     defaults_file = None if model_dir is None else model_dir / SAMPLER_DEFAULTS_FILE
@@ -58,10 +56,9 @@ def _sampler_config(args, model_dir: Path | None = None):
     for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
-    known = {f.name for f in dataclasses.fields(SamplerConfig)}
-    unknown = sorted(set(overrides) - known)
+    unknown = sorted(set(overrides) - set(SamplerConfig.option_names()))
     if unknown:
-        raise ConfigError(f"unknown sampler option(s) {unknown}; options: {sorted(known)}")
+        raise ConfigError(f"unknown sampler option(s) {unknown}; options: {list(SamplerConfig.option_names())}")
     return SamplerConfig.preset(args.preset, **overrides)
 
 
@@ -72,7 +69,7 @@ def _generate(args) -> int:
     import numpy as np
 
     from jaxdllm.checkpoint.hf_io import from_pretrained
-    from jaxdllm.sampler import generate
+    from jaxdllm.decoding import generate
     from jaxdllm.tokenizer import Tokenizer
 
     model_dir = _model_dir(args)

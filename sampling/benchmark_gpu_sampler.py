@@ -28,7 +28,7 @@ from flax import nnx
 
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.sampler import SamplerConfig, generate
+from jaxdllm.decoding import SamplerConfig, generate
 
 ROWS = {  # name -> (sampler preset, overrides, batch)
     "llada-b1": ("llada", {}, 1),

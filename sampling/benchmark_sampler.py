@@ -90,11 +90,12 @@ def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: 
 
     from torch_port import generate_batch
 
-    policy = {"llada": "low_confidence"}.get(config.policy, config.policy)
+    policy = {"llada": "low_confidence"}.get(config.policy.name, config.policy.name)
     with torch.inference_mode():
         out = generate_batch(torch_model, torch.as_tensor(prompts, dtype=torch.long),
                              gen_length=config.gen_length, block_length=config.block_length,
-                             steps=config.steps, mask_id=mask_id, policy=policy, threshold=config.threshold)
+                             steps=config.steps, mask_id=mask_id, policy=policy,
+                             threshold=getattr(config.policy, "threshold", 0.9))
     return out["tokens"].numpy(), out["nfe"].numpy()
 
 

@@ -77,10 +77,12 @@ def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model):
     jaxdllm.generate(model, ids_b, config, attention_mask=mask_b)
     assert not compiles, compiles
     # the whole generation is one jitted computation holding a single while loop, no host callbacks
-    from jaxdllm.sampler import engine
-    ids, mask, lay, _ = engine._prepare(model, ids_b, mask_b, config)
-    jaxpr = jax.make_jaxpr(lambda p, i, m: engine._generate_compiled(
-        graphdef, p, i, m, jax.random.PRNGKey(0), lay=lay, config=config))(params, ids, mask)
+    from jaxdllm.decoding import loop, sampler
+    from jaxdllm.decoding.methods import method_of
+    prep = sampler.prepare(model.config, ids_b, mask_b, config)
+    jaxpr = jax.make_jaxpr(lambda p, i, m, v: loop.decode(
+        graphdef, p, i, m, v, jax.random.PRNGKey(0), method=method_of(config), lay=prep.lay, config=config))(
+        params, prep.ids, prep.seg, prep.valid)
     prims = [str(e.primitive) for e in jaxpr.jaxpr.eqns]
     inner = [p for p in prims if p == "pjit" or p == "jit"]
     assert len(inner) == 1
@@ -162,7 +164,9 @@ def test_random_remasking_keeps_the_schedule(model):
     (dict(steps=7), r"steps \(7\) must be a multiple of the number of blocks"),
     (dict(cache="paged"), "cache must be one of"),
     (dict(policy="greedy"), "policy must be one of"),
-    (dict(threshold=1.5), r"threshold must be in \(0, 1\]"),
+    (dict(policy="threshold", threshold=1.5), r"threshold must be in \(0, 1\]"),
+    (dict(threshold=0.9), r"'threshold' is a setting of policy 'threshold' / 'local_leap', not of 'llada'"),
+    (dict(policy="entropy", remasking="random"), r"'remasking' is a setting of policy 'llada' / 'prophet'"),
     (dict(cfg_scale=1.0, cache="dual"), "cfg_scale > 0 is supported with cache='none' only"),
 ])
 def test_invalid_sampler_configs(kwargs, message):
@@ -173,7 +177,7 @@ def test_invalid_sampler_configs(kwargs, message):
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="unknown sampler preset 'fast'"):
         SamplerConfig.preset("fast")
-    assert SamplerConfig.preset("fast-dllm-dual").cache == "dual"
+    assert SamplerConfig.preset("fast-dllm-dual").cache.name == "dual"
 
 
 def test_bad_prompts_fail_before_compiling(model):
@@ -207,7 +211,7 @@ def test_learn2pd_filter_bounds(model):
     accept = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
                               learned_filter=_ConstantFilter(20.0))
     assert (accept.nfe == 2).all()  # every block in one forward
-    learned = jaxdllm.sampler.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))
+    learned = jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))
     out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask, learned_filter=learned)
     assert not (out.tokens == MASK_ID).any() and (out.nfe <= 8).all()
 

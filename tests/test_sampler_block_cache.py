@@ -13,7 +13,8 @@ from flax import nnx
 
 import jaxdllm
 from jaxdllm import ConfigError, KVCache, MaskSpec, ModelConfig, SamplerConfig
-from jaxdllm.sampler import engine
+from jaxdllm.decoding import loop, sampler
+from jaxdllm.decoding.methods import method_of
 from forward import forward
 from sampler_fixtures import prompts
 
@@ -60,17 +61,19 @@ def test_cached_kv_of_finished_blocks_equal_the_models_forward(model):
     them in the cache, equal a block-causal forward of the model over the final canvas."""
     ids, mask, _ = prompts(LENGTHS, seed=2)
     config = cfg(cache="block")
-    ids, seg_prompt, lay, _ = engine._prepare(model, ids, mask, config)
+    prep = sampler.prepare(model.config, ids, mask, config)
+    ids, seg_prompt, lay = prep.ids, prep.seg, prep.lay
     graphdef, params = nnx.split(model)
-    state = engine._generate_compiled(graphdef, params, ids, seg_prompt, jax.random.PRNGKey(0),
-                                      lay=lay, config=config)
+    state = loop.decode(graphdef, params, ids, seg_prompt, prep.valid, jax.random.PRNGKey(0),
+                        method=method_of(config), lay=lay, config=config)
     Lp, T, G = lay.prompt_len, lay.total, config.gen_length
     seg = np.concatenate([seg_prompt, np.ones((len(ids), G), np.int32)], 1)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)
     spec = MaskSpec(kind="block_causal", block_size=model.config.block_size, q_segment_ids=seg)
     _, ref = forward(model, state.canvas, jnp.asarray(positions), spec,
                      KVCache.init(model.config, len(ids), T))
-    written = T - lay.window  # the last window is never written back: nothing reads it
+    window = max(config.block_length, model.config.block_size)
+    written = T - window  # the last window is never written back: nothing reads it
     assert written > Lp
     np.testing.assert_array_equal(np.asarray(state.cache.segment_ids[:, :written]), seg[:, :written])
     for layer in range(model.config.num_layers):
@@ -123,7 +126,7 @@ def test_bad_combinations_fail_before_compiling(monkeypatch, preset, kwargs, mes
     def must_not_compile(*args, **kw):
         raise AssertionError("validation must happen before compiling")
 
-    monkeypatch.setattr(engine, "_generate_compiled", must_not_compile)
+    monkeypatch.setattr(sampler, "decode", must_not_compile)
     bad = jaxdllm.Transformer(ModelConfig.preset(preset, mask_token_id=255), rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match=message):
         jaxdllm.generate(bad, np.zeros((1, 4), np.int32), cfg(**kwargs))

@@ -113,7 +113,7 @@ def test_generate_matches_torch_port_and_python_loop(setup, policy, gen, block, 
 
 
 def test_dream_timesteps_equal_torch_linspace_bitwise():
-    from jaxdllm.sampler.policies import dream_timesteps
+    from jaxdllm.decoding.policies import dream_timesteps
 
     for steps in (1, 2, 7, 16, 64, 255, 256, 512):
         ours = dream_timesteps(steps, 1e-3)

@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxdllm.data import get_task, make_split
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.sampler import SamplerConfig, generate
+from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.tokenizer import Tokenizer, decode_response
 
 

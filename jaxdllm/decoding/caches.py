@@ -1,0 +1,263 @@
+"""Diffusion caches by name. Each step of the diffusion loop asks its cache for the current
+block's logits; the cache decides what the model reads and what K/V it keeps:
+
+    cache.init(model, canvas, view, lay, config)            -> cache state (a pytree, or None)
+    cache.forward(model, state, view, lay, config, span)    -> (logits, cache state, passes)
+    cache.after_commit(model, state, view, lay, config, block_full) -> cache state
+
+`span` is `"block"` (logits `[B, block_length, V]` of the current block) or `"answer"` (`[B, G,
+V]`, for policies that read the whole answer). `passes` is the number of forwards a row takes
+part in (classifier-free guidance runs two). Cache fills that decide nothing (a prompt prefill,
+a finished block's rewrite) are not counted, so `nfe` is the same for every exact cache.
+
+* `none`: the whole canvas each step (exact); the only one with CFG and answer-wide logits.
+* `prefix` (Fast-dLLM): at a block's first step the whole canvas, keeping every K/V; later steps
+  feed the block and everything after it. Approximate, as published: prefix K/V are not
+  recomputed as later tokens change.
+* `dual` (Fast-dLLM): the same refresh; later steps feed only the block (prefix and suffix K/V
+  stay as cached).
+* `block` (Fast-dLLM v2, block-causal models): exact. The prompt's K/V are prefilled once; each
+  step feeds the window of model blocks holding the decoding block; a finished window's K/V are
+  rewritten from its final tokens.
+
+A new cache is one `Cache` subclass plus one `register_cache` call; the loop names none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from jaxdllm.decoding.layout import CanvasView
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.cache import KVCache
+
+
+@dataclasses.dataclass(frozen=True)
+class Cache:
+    """Base class: subclasses set `name`, declare settings as fields, and define the three calls.
+
+    Class attributes:
+      attentions: the model attention modes it serves.
+      supports_cfg: it can run classifier-free guidance (a second, unconditional canvas).
+      answer_logits: it can return logits for the whole answer (`span="answer"`).
+    """
+
+    name: ClassVar[str] = ""
+    attentions: ClassVar[tuple[str, ...]] = ("bidirectional", "block_causal")
+    supports_cfg: ClassVar[bool] = False
+    answer_logits: ClassVar[bool] = False
+
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def check(self, config) -> None:
+        """Checks that need only the `SamplerConfig` (at construction)."""
+        if config.cfg_scale > 0 and not self.supports_cfg:
+            raise ConfigError(f"cfg_scale > 0 is supported with cache='none' only, not cache={self.name!r}")
+
+    def check_model(self, model_config, config) -> None:
+        """Checks against the model (before compiling)."""
+        if model_config.attention not in self.attentions:
+            raise ConfigError(f"cache={self.name!r} does not serve {model_config.attention} models "
+                              f"(it serves {', '.join(self.attentions)})")
+
+    def init(self, model, canvas, view, lay, config):
+        return None
+
+    def forward(self, model, state, view, lay, config, span: str):
+        raise NotImplementedError
+
+    def after_commit(self, model, state, view, lay, config, block_full):
+        return state.cache
+
+
+def block_start(state, lay, config):
+    return lay.prompt_len + state.block * config.block_length
+
+
+def logits_span(state, lay, config, span: str) -> tuple:
+    """`(start, length)` in canvas positions of the logits a step needs (shifted models: one earlier)."""
+    if span == "answer":
+        return lay.prompt_len - lay.shift, config.gen_length
+    return block_start(state, lay, config) - lay.shift, config.block_length
+
+
+@dataclasses.dataclass(frozen=True)
+class NoCache(Cache):
+    name = "none"
+    supports_cfg = True
+    answer_logits = True
+
+    def forward(self, model, state, view, lay, config, span):
+        canvas, positions, seg = state.canvas, view.positions, view.seg
+        if config.cfg_scale > 0:  # the unconditional copy: the prompt replaced by MASK
+            uncond = jnp.where(jnp.arange(lay.total) < lay.prompt_len, lay.mask_id, canvas)
+            canvas = jnp.concatenate([canvas, uncond])
+            positions, seg = jnp.concatenate([positions, positions]), jnp.concatenate([seg, seg])
+        logits = model(canvas, positions, lay.mask(seg, seg), logits_slice=logits_span(state, lay, config, span))
+        if config.cfg_scale > 0:
+            cond, uncond = jnp.split(logits, 2)
+            return uncond + (config.cfg_scale + 1.0) * (cond - uncond), None, 2
+        return logits, None, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Refreshed(Cache):
+    """Fast-dLLM's caches: the whole canvas at a block's first step (or every step, for tests)."""
+
+    refresh_every_step: bool = False
+    attentions = ("bidirectional",)
+
+    def check_model(self, model_config, config):
+        if model_config.attention == "block_causal":
+            raise ConfigError(f"cache={self.name!r} is Fast-dLLM's approximate cache for bidirectional models; "
+                              "a block-causal model decodes exactly with cache='block' (or 'none')")
+        super().check_model(model_config, config)
+
+    def slots(self, lay, config) -> int:
+        return lay.total
+
+    def init(self, model, canvas, view, lay, config):
+        return KVCache.init(model.config, canvas.shape[0], self.slots(lay, config))
+
+    def forward(self, model, state, view, lay, config, span):
+        def full(cache):
+            return model(state.canvas, view.positions, lay.mask(view.seg), cache,
+                         logits_slice=logits_span(state, lay, config, span))
+
+        refresh = jnp.bool_(True) if self.refresh_every_step else state.block_step == 0
+        logits, cache = jax.lax.cond(refresh, full, lambda c: self.cached(model, state, view, lay, config, c),
+                                     state.cache)
+        return logits, cache, 1
+
+    def cached(self, model, state, view, lay, config, cache):
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixCache(_Refreshed):
+    """Later steps feed the block and everything after it: a fixed window of G (+ shift) tokens."""
+
+    name = "prefix"
+
+    def slots(self, lay, config):
+        return lay.total + config.gen_length  # the window reaches G slots past the canvas: left empty
+
+    def cached(self, model, state, view, lay, config, cache):
+        G, b = config.gen_length, state.canvas.shape[0]
+        start = block_start(state, lay, config) - lay.shift
+        past_end = jnp.full((b, G), lay.mask_id, state.canvas.dtype)
+        extended = CanvasView(jnp.concatenate([view.seg, jnp.zeros_like(past_end)], 1),  # invisible
+                              jnp.concatenate([view.positions, view.positions[:, -1:] + 1 + jnp.arange(G)], 1))
+        ids, pos, q_seg = extended.window(jnp.concatenate([state.canvas, past_end], 1), start, G + lay.shift)
+        return model(ids, pos, lay.mask(q_seg, q_offset=start, kind="bidirectional"), cache,
+                     logits_slice=(0, config.block_length))
+
+
+@dataclasses.dataclass(frozen=True)
+class DualCache(_Refreshed):
+    """Later steps feed only the block (and, shifted, the token before it)."""
+
+    name = "dual"
+
+    def cached(self, model, state, view, lay, config, cache):
+        start = block_start(state, lay, config) - lay.shift
+        ids, pos, q_seg = view.window(state.canvas, start, config.block_length + lay.shift)
+        return model(ids, pos, lay.mask(q_seg, q_offset=start, kind="bidirectional"), cache,
+                     logits_slice=(0, config.block_length))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockCache(Cache):
+    """Exact K/V of finished blocks for block-causal models.
+
+    Under block-causal attention the K/V of a finished block depend only on the finished tokens
+    at and before it. A step feeds only the current window: the model block(s) holding the
+    decoding block, W = max(block_length, block_size) tokens; with W > block_length (Fast-dLLM v2
+    sub-blocks) the later sub-blocks' masks are in view, as in the full-canvas forward.
+    Token-shifted models also feed the token before the window, whose logit predicts the window's
+    first token; it rewrites its own slot with the same K/V (its keys are final).
+    """
+
+    name = "block"
+    attentions = ("block_causal",)
+
+    def check_model(self, model_config, config):
+        if model_config.attention == "bidirectional":
+            raise ConfigError("cache='block' caches the finished blocks of a block-causal model; this model is "
+                              "bidirectional: use cache='none', 'prefix' or 'dual'")
+        super().check_model(model_config, config)
+        bl, bs, G = config.block_length, model_config.block_size, config.gen_length
+        if bl % bs and bs % bl:
+            raise ConfigError(f"cache='block' needs block_length ({bl}) to be a multiple or a divisor of the "
+                              f"model's block_size ({bs})")
+        if G % bs:
+            raise ConfigError(f"cache='block' needs gen_length ({G}) to be a multiple of the model's "
+                              f"block_size ({bs})")
+
+    @staticmethod
+    def window(lay, config) -> int:
+        """Tokens fed per step: the model block(s) holding the decoding block."""
+        return max(config.block_length, lay.block_size)
+
+    def init(self, model, canvas, view, lay, config):
+        """The prompt's K/V, once (not a decoding step: not in `nfe`)."""
+        Lp = lay.prompt_len
+        cache = KVCache.init(model.config, canvas.shape[0], lay.total)
+        if Lp:
+            cache = model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
+                          logits_slice=(Lp - 1, 1))[1]
+        return cache
+
+    def forward(self, model, state, view, lay, config, span):
+        W = self.window(lay, config)
+        window_start = lay.prompt_len + (state.block * config.block_length) // W * W
+        start = window_start - lay.shift
+        ids, pos, q_seg = view.window(state.canvas, start, W + lay.shift)
+        # The window's slots keep this step's (not yet final) K/V: no later block can see them,
+        # they are overwritten by the next step and by the finishing write, and keeping them lets
+        # XLA update the carried cache in place instead of copying it every step.
+        logits, cache = model(ids, pos, lay.mask(q_seg, q_offset=start), state.cache,
+                              logits_slice=(block_start(state, lay, config) - window_start, config.block_length))
+        return logits, cache, 1
+
+    def after_commit(self, model, state, view, lay, config, block_full):
+        """Once the last decoding block of a window is full, rewrite the window's K/V from its final
+        tokens (the last step's K/V came from the canvas before that step's commits). One forward
+        of W tokens, not in `nfe`. Skipped after the last window: nothing reads it."""
+        W, bl = self.window(lay, config), config.block_length
+        finished = block_full & ((state.block * bl) % W == 0) & (state.block < config.num_blocks)
+        start = lay.prompt_len + state.block * bl - W
+
+        def write(cache):
+            ids, pos, q_seg = view.window(state.canvas, start, W)
+            return model(ids, pos, lay.mask(q_seg, q_offset=start), cache, logits_slice=(W - 1, 1))[1]
+
+        return jax.lax.cond(finished, write, lambda c: c, state.cache)
+
+
+CACHES: dict[str, type[Cache]] = {}
+
+
+def register_cache(cls: type[Cache]) -> type[Cache]:
+    """Make `cls` selectable as `SamplerConfig(cache=cls.name)`; returns `cls` (a decorator too)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a class attribute `name`")
+    CACHES[cls.name] = cls
+    return cls
+
+
+for _cls in (NoCache, PrefixCache, DualCache, BlockCache):
+    register_cache(_cls)
+
+
+def cache_class(name: str) -> type[Cache]:
+    if name not in CACHES:
+        raise ConfigError(f"cache must be one of {tuple(CACHES)}, got {name!r}")
+    return CACHES[name]
+

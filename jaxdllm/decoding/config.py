@@ -1,0 +1,188 @@
+"""`SamplerConfig`: the loop's settings plus a policy object and a cache object, validated before
+anything compiles.
+
+The loop's own settings are fields here (`gen_length`, `block_length`, `steps`, `temperature`,
+`cfg_scale`, `stop_at_eos`, `prompt_bucket`, `max_trajectory`). Everything specific to one
+decoding rule lives in its policy (`jaxdllm.decoding.policies`) and everything specific to a
+cache in its cache (`jaxdllm.decoding.caches`). The short, published spelling still works: a
+keyword that is not a loop setting goes to the policy or the cache that owns it,
+
+    SamplerConfig(policy="threshold", threshold=0.9)          # == policy=Threshold(threshold=0.9)
+    SamplerConfig(cache="dual", cache_refresh_every_step=True)
+    config.threshold                                          # reads the policy's setting
+
+and a setting that neither the chosen policy nor the chosen cache uses is an error naming the
+policies that do. A policy or cache object can be passed directly (`policy=MyPolicy(...)`), which
+is how a policy or cache defined outside the package plugs in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxdllm.decoding import caches as caches_lib
+from jaxdllm.decoding import policies as policies_lib
+from jaxdllm.errors import ConfigError, require_positive_int
+
+# The loop's own settings, with defaults (LLaDA's published `generate` defaults).
+_LOOP_DEFAULTS = dict(gen_length=128, block_length=128, steps=128, temperature=0.0, cfg_scale=0.0,
+                      stop_at_eos=False, prompt_bucket=32, max_trajectory=0)
+_CACHE_PREFIX = "cache_"  # cache settings may be spelled with it: cache_refresh_every_step
+
+
+def _route(settings: dict, owner, kind: str) -> tuple[Any, dict]:
+    """`owner` with the settings it owns applied; returns (owner, settings left over)."""
+    names = set(type(owner).settings())
+    mine = {}
+    for key in list(settings):
+        name = key[len(_CACHE_PREFIX):] if kind == "cache" and key.startswith(_CACHE_PREFIX) else key
+        if name in names:
+            mine[name] = settings.pop(key)
+    return (dataclasses.replace(owner, **mine) if mine else owner), settings
+
+
+def _owners_of(setting: str) -> list[str]:
+    return [name for name, cls in policies_lib.POLICIES.items() if setting in cls.settings()]
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class SamplerConfig:
+    """Decoding settings; hashable, so it is a static argument of the compiled loop.
+
+    Attributes:
+      gen_length: tokens to generate G (all of them unless `stop_at_eos`).
+      block_length: diffusion: the semi-autoregressive block (`gen_length` for one block over the
+        canvas); Jacobi: the draft window n.
+      steps: total steps of the scheduled policies (`llada`, `prophet`, `learn2pd`, `dream`); a
+        multiple of the number of blocks. Other policies run each block until it is decided.
+      policy: a `Policy` (or its name): the commit rule and its settings.
+      cache: a `Cache` (or its name): `none` (exact), `prefix` / `dual` (Fast-dLLM, approximate,
+        refreshed per block; bidirectional models), `block` (exact K/V cache of finished blocks
+        of block-causal models).
+      temperature: 0 = greedy; > 0 samples (Gumbel-max, = softmax(logits / T)).
+      cfg_scale: classifier-free guidance `u + (cfg + 1)(c - u)`, u with the prompt masked
+        (cache `none` only).
+      stop_at_eos: a row stops once it has decided EOS and everything before it; the rest of
+        its answer is EOS. Off reproduces the published LLaDA sampler exactly.
+      prompt_bucket: prompts are left-padded to a multiple of this (block-causal models: of
+        lcm(prompt_bucket, block_size)), so a new prompt in the same bucket reuses the compiled loop.
+      max_trajectory: record the canvas after each of the first `max_trajectory` steps.
+    """
+
+    gen_length: int
+    block_length: int
+    steps: int
+    policy: policies_lib.Policy
+    cache: caches_lib.Cache
+    temperature: float
+    cfg_scale: float
+    stop_at_eos: bool
+    prompt_bucket: int
+    max_trajectory: int
+
+    def __init__(self, *, policy: str | policies_lib.Policy = "llada", cache: str | caches_lib.Cache = "none",
+                 **settings: Any):
+        loop = {k: settings.pop(k) for k in list(settings) if k in _LOOP_DEFAULTS}
+        if isinstance(policy, str):
+            policy = policies_lib.policy_class(policy)()
+        if isinstance(cache, str):
+            cache = caches_lib.cache_class(cache)()
+        policy, settings = _route(settings, policy, "policy")
+        cache, settings = _route(settings, cache, "cache")
+        if settings:
+            raise ConfigError(_unused_message(settings, policy, cache))
+        for name, default in _LOOP_DEFAULTS.items():
+            object.__setattr__(self, name, loop.get(name, default))
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "cache", cache)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("gen_length", "block_length", "steps", "prompt_bucket"):
+            require_positive_int(getattr(self, name), name)
+        if self.temperature < 0 or self.cfg_scale < 0:
+            raise ConfigError("temperature and cfg_scale must be >= 0")
+        if not isinstance(self.max_trajectory, int) or self.max_trajectory < 0:
+            raise ConfigError("max_trajectory must be an integer >= 0")
+        from jaxdllm.decoding.methods import method_of  # the method checks its own layout rules
+
+        method_of(self).check_config(self)
+        self.policy.check(self)
+        self.cache.check(self)
+
+    # -- derived -------------------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def steps_per_block(self) -> int:
+        return self.steps // self.num_blocks
+
+    def __getattr__(self, name: str):
+        """A policy or cache setting by its flat name (`config.threshold`)."""
+        if name.startswith("__") or name in ("policy", "cache"):  # not set yet (during __init__)
+            raise AttributeError(name)
+        for owner, prefix in ((self.policy, ""), (self.cache, ""), (self.cache, _CACHE_PREFIX)):
+            if name.startswith(prefix) and name[len(prefix):] in type(owner).settings():
+                return getattr(owner, name[len(prefix):])
+        raise AttributeError(f"SamplerConfig has no setting {name!r} for policy {self.policy.name!r} "
+                             f"and cache {self.cache.name!r}")
+
+    def replace(self, **changes: Any) -> "SamplerConfig":
+        """A copy with `changes` (loop settings, `policy`/`cache`, or their settings by flat name)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """Every keyword the constructor may take (loop settings, every policy's and cache's settings)."""
+        names = set(_LOOP_DEFAULTS) | {"policy", "cache"}
+        for p in policies_lib.POLICIES.values():
+            names |= set(p.settings())
+        for c in caches_lib.CACHES.values():
+            names |= {_CACHE_PREFIX + s for s in c.settings()} | set(c.settings())
+        return tuple(sorted(names))
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "SamplerConfig":
+        """A published setting by name (see `SAMPLER_PRESETS`), with overrides."""
+        if name not in SAMPLER_PRESETS:
+            raise ConfigError(f"unknown sampler preset {name!r}; known presets: {sorted(SAMPLER_PRESETS)}")
+        return SAMPLER_PRESETS[name].replace(**overrides)
+
+
+def _unused_message(settings: dict, policy, cache) -> str:
+    parts = []
+    for key in sorted(settings):
+        owners = _owners_of(key)
+        if owners:
+            parts.append(f"{key!r} is a setting of policy {' / '.join(repr(o) for o in owners)}, not of "
+                         f"{policy.name!r}: choose that policy (policy=...) or drop the setting")
+        else:
+            parts.append(f"unknown sampler setting {key!r}")
+    options = sorted(set(_LOOP_DEFAULTS) | set(type(policy).settings()) | set(type(cache).settings()))
+    return "; ".join(parts) + f" (settings for policy {policy.name!r} and cache {cache.name!r}: {options})"
+
+
+SAMPLER_PRESETS: dict[str, SamplerConfig] = {
+    # LLaDA-8B-Instruct GSM8K baseline: one token per step.
+    "llada": SamplerConfig(gen_length=256, block_length=32, steps=256),
+    "llada-random": SamplerConfig(gen_length=256, block_length=32, steps=256, remasking="random"),
+    # Fast-dLLM (LLaDA, GSM8K): parallel threshold 0.9, with and without caches.
+    "fast-dllm-parallel": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.9),
+    "fast-dllm-prefix": SamplerConfig(gen_length=256, block_length=32, policy="threshold", cache="prefix"),
+    "fast-dllm-dual": SamplerConfig(gen_length=256, block_length=32, policy="threshold", cache="dual"),
+    "fast-dllm-factor": SamplerConfig(gen_length=256, block_length=32, policy="factor", factor=1.0),
+    # dParallel evaluation sampler: entropy threshold 0.5, no cache.
+    "dparallel": SamplerConfig(gen_length=256, block_length=32, policy="entropy", entropy_threshold=0.5),
+    "dparallel-mbpp": SamplerConfig(gen_length=256, block_length=32, policy="entropy", entropy_threshold=0.45),
+    "prophet": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="prophet"),
+    "credit": SamplerConfig(gen_length=256, block_length=32, policy="credit"),
+    "local-leap": SamplerConfig(gen_length=256, block_length=32, policy="local_leap"),
+    # Dream-v0-Instruct-7B's published generation settings (GSM8K-style): 256 tokens, 256 steps,
+    # entropy ordering, greedy tokens.
+    "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),
+    # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
+    "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
+}

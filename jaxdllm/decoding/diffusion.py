@@ -1,0 +1,99 @@
+"""Diffusion decoding: the answer starts as MASK and is decided block by block.
+
+Every row decodes the same block at a time (blocks advance once no row has an undecided position
+left in the current one), but rows commit, count forwards (NFE) and stop independently, so each
+row's result equals decoding that row alone. Each step: the cache gives the block's logits, the
+policy picks what to commit, and the shared state updates do the bookkeeping.
+
+Block-causal models (`ModelConfig.attention == "block_causal"`): the model's blocks are physical
+canvas positions, so prompts are padded to a multiple of the model's `block_size` too and the
+generation starts on a block boundary; a row's blocks count back from the end of its prompt,
+whatever the padding, so a row decodes the same in any batch. (Fast-dLLM v2's own loop counts
+blocks from the prompt start and shares the prompt's last partial block with the first generated
+tokens; one block schedule for a left-padded batch cannot do that.)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdllm.decoding.layout import slice_window
+from jaxdllm.decoding.policies import StepContext
+from jaxdllm.decoding.state import DecodeState, commit_window, fill_answer, record_trajectory, stop_at_eos
+from jaxdllm.errors import ConfigError
+
+
+class Diffusion:
+    """The MASK canvas (LLaDA, Dream, block diffusion)."""
+
+    name = "diffusion"
+
+    def check_config(self, config) -> None:
+        if config.gen_length % config.block_length:
+            raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of block_length "
+                              f"({config.block_length})")
+        if config.policy.answer_logits and not config.cache.answer_logits:
+            raise ConfigError(f"policy={config.policy.name!r} reads the whole answer's logits; use cache='none'")
+
+    def check_model(self, model_config, config) -> None:
+        if model_config.mask_token_id is None:
+            raise ConfigError("the model config has no mask_token_id; set it (ModelConfig.mask_token_id) "
+                              "to decode with a diffusion sampler")
+        if model_config.attention not in ("bidirectional", "block_causal"):
+            raise ConfigError(f"policy={config.policy.name!r} decodes diffusion models (bidirectional or "
+                              f"block_causal attention); the model's attention is {model_config.attention!r} "
+                              "(causal models decode with policy='jacobi')")
+        config.cache.check_model(model_config, config)
+
+    def max_steps(self, config) -> int:
+        # Every step commits at least one token of every active row, so G + blocks steps always
+        # suffice; the bound only guards against a policy bug.
+        return config.gen_length + config.num_blocks
+
+    def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+        b, G = prompt.shape[0], config.gen_length
+        canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
+        undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
+        return DecodeState.start(
+            canvas, undecided, done=~valid, key=key, cache=config.cache.init(model, canvas, view, lay, config),
+            policy_state=config.policy.init_state(b, config.block_length, model.config.vocab_size),
+            max_trajectory=config.max_trajectory)
+
+    def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+        policy, bl = config.policy, config.block_length
+        start = lay.prompt_len + state.block * bl
+        span = "answer" if policy.answer_logits else "block"
+        logits, cache, passes = config.cache.forward(model, state, view, lay, config, span)
+        # MASK is never a prediction: a committed position must not stay masked (the published
+        # while-block-has-masks loops would never end, the fixed schedules would emit MASK).
+        logits = logits.at[..., lay.mask_id].set(-jnp.inf)
+        answer_logits = None
+        if span == "answer":
+            answer_logits, logits = logits, jax.lax.dynamic_slice_in_dim(logits, state.block * bl, bl, axis=1)
+
+        candidates = slice_window(state.undecided, start, bl) & ~state.done[:, None]
+        nfe = state.nfe + passes * candidates.any(1).astype(jnp.int32)
+        ctx = StepContext(config, state.block, state.block_step, jax.random.fold_in(state.key, state.step),
+                          state.policy_state, lay.eos_eot, lay.eos_id, learned_filter, answer_logits,
+                          undecided=state.undecided[:, lay.prompt_len:])
+        decision = policy.commit(logits, candidates, ctx)
+
+        state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
+                              start, decision.commit, decision.tokens, nfe)
+        if decision.fill is not None:
+            state = fill_answer(state, decision.fill, decision.fill_tokens, lay.prompt_len, nfe)
+        if decision.stop is not None:
+            state = state.replace(done=state.done | decision.stop)
+        if config.stop_at_eos:
+            state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
+
+        block_full = ~(slice_window(state.undecided, start, bl) & ~state.done[:, None]).any()
+        block = state.block + block_full.astype(jnp.int32)
+        state = state.replace(done=state.done | (block >= config.num_blocks), block=block,
+                              block_step=jnp.where(block_full, 0, state.block_step + 1))
+        state = state.replace(cache=config.cache.after_commit(model, state, view, lay, config, block_full))
+        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+
+
+DIFFUSION = Diffusion()

@@ -1,0 +1,91 @@
+"""Jacobi decoding of causal models: the answer starts as a draft and each row's window of
+`block_length` positions is refined in parallel under the causal mask until its tokens reach a
+fixed point; `policies/jacobi.py` decides which positions are accepted.
+
+Rows move independently: a row's window starts at its last decided token (whose logit predicts
+the first undecided position), so each row reads and writes the exact KV cache at its own
+offset (the model call is vmapped over rows). The cache holds exact K/V for every decided token:
+the window's slots are rewritten each step, and a rejected draft's K/V sit only at or after the
+row's next window start, where the next step overwrites them before any query can see them
+(causal attention never reads a key after its query). That overwrite is the cache truncation.
+The prompt is prefilled once (not counted in `nfe`, like the block cache's fills).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdllm.decoding.layout import CanvasView, slice_window
+from jaxdllm.decoding.policies import StepContext
+from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.cache import KVCache
+
+
+class JacobiDecoding:
+    """The draft canvas (causal models)."""
+
+    name = "jacobi"
+
+    def check_config(self, config) -> None:
+        if config.cache.name != "none":
+            raise ConfigError(f"policy={config.policy.name!r} keeps its own exact KV cache: leave cache='none'")
+
+    def check_model(self, model_config, config) -> None:
+        if model_config.attention != "causal":
+            raise ConfigError(f"policy={config.policy.name!r} decodes causal models; the model's attention is "
+                              f"{model_config.attention!r}")
+
+    def max_steps(self, config) -> int:
+        return config.gen_length  # every step accepts at least one token of every active row
+
+    def _extended(self, canvas, view: CanvasView, n: int):
+        """Canvas and view with `n` positions past the end, so every window has `n` tokens."""
+        b = canvas.shape[0]
+        pad = jnp.broadcast_to(canvas[:, -1:], (b, n))
+        positions = jnp.concatenate([view.positions, view.positions[:, -1:] + 1 + jnp.arange(n)], 1)
+        return jnp.concatenate([canvas, pad], 1), CanvasView(jnp.concatenate([view.seg, jnp.ones((b, n), jnp.int32)], 1),
+                                                             positions)
+
+    def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+        b, n = prompt.shape[0], config.block_length
+        draft = config.policy.initial_draft(prompt, view.seg[:, :lay.prompt_len], config.gen_length, key)
+        canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
+        undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
+        cache = KVCache.init(model.config, b, lay.total + n)
+        cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
+                      logits_slice=(lay.prompt_len - 1, 1))[1]
+        return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache,
+                                 policy_state=config.policy.init_state(b, n, model.config.vocab_size),
+                                 max_trajectory=config.max_trajectory)
+
+    def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+        n, T = config.block_length, lay.total
+        first = jnp.where(state.undecided.any(1), jnp.argmax(state.undecided, axis=1), T - 1)  # [B]
+        start = first - 1  # the last decided token: its logit predicts the first undecided one
+        canvas, ext = self._extended(state.canvas, view, n)
+        ids, pos, seg = ext.window(canvas, start, n)
+
+        def row(ids, pos, seg, start, cache):
+            one = jax.tree.map(lambda x: x[None], cache)
+            logits, one = model(ids[None], pos[None], lay.mask(seg[None], q_offset=start, kind="causal"), one)
+            return logits[0], jax.tree.map(lambda x: x[0], one)
+
+        logits, cache = jax.vmap(row)(ids, pos, seg, start, state.cache)
+        targets = first[:, None] + jnp.arange(n)
+        candidates = (targets < T) & slice_window(state.undecided, first, n) & ~state.done[:, None]
+        nfe = state.nfe + candidates.any(1).astype(jnp.int32)
+        ctx = StepContext(config, state.block, state.block_step, jax.random.fold_in(state.key, state.step),
+                          state.policy_state, lay.eos_eot, lay.eos_id, learned_filter,
+                          draft=slice_window(canvas, first, n), undecided=state.undecided[:, lay.prompt_len:])
+        decision = config.policy.commit(logits, candidates, ctx)
+        state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
+                              first, decision.commit, decision.tokens, nfe, draft=decision.draft)
+        if config.stop_at_eos:
+            state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
+        state = state.replace(done=state.done | ~state.undecided.any(1))
+        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+
+
+JACOBI = JacobiDecoding()

@@ -1,0 +1,63 @@
+"""The decoding loop: one `jax.jit` holding one `jax.lax.while_loop`, and a stepwise driver.
+
+The loop knows a decoding *method* (`diffusion.py`, `jacobi.py`) only through three calls,
+`init`, `step` and `max_steps`, over a `DecodeState`; it names no policy and no cache. The model
+enters as `(graphdef, params)` and is merged inside the compiled function, so parameters are
+traced arrays (sharded as they are placed), not constants baked into the program.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdllm.decoding.layout import CanvasView
+
+_STATIC = ("graphdef", "method", "lay", "config", "filter_def")
+
+
+def _merge(filter_def, filter_state):
+    return None if filter_def is None else nnx.merge(filter_def, filter_state)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def decode(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
+           filter_def=None):
+    """The whole generation: `init`, then `step` while any row is decoding. Returns the final
+    `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done)."""
+    model = nnx.merge(graphdef, params)
+    learned_filter = _merge(filter_def, filter_state)
+    view = CanvasView.of(seg_prompt, config.gen_length)
+    state = method.init(model, prompt, view, key, lay, config, valid)
+    limit = method.max_steps(config)
+    return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
+                              lambda s: method.step(model, s, view, lay, config, learned_filter), state)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config"))
+def init_step(graphdef, params, prompt, seg_prompt, valid, key, *, method, lay, config):
+    """The initial `DecodeState` alone (the stepwise driver's first call)."""
+    view = CanvasView.of(seg_prompt, config.gen_length)
+    return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def one_step(graphdef, params, state, seg_prompt, filter_state=None, *, method, lay, config, filter_def=None):
+    """One iteration of the loop body."""
+    view = CanvasView.of(seg_prompt, config.gen_length)
+    return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(filter_def, filter_state))
+
+
+def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
+                    filter_def=None):
+    """The same decoding as `decode`, driven by a Python loop that calls a jitted step and reads
+    `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
+    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, method=method, lay=lay, config=config)
+    limit = method.max_steps(config)
+    while not bool(jnp.all(state.done)) and int(state.step) < limit:
+        state = one_step(graphdef, params, state, seg_prompt, filter_state, method=method, lay=lay, config=config,
+                         filter_def=filter_def)
+    return state

@@ -1,0 +1,13 @@
+"""Which canvas a policy decodes: `Policy.method` names one of these; the loop runs any of them."""
+
+from __future__ import annotations
+
+from jaxdllm.decoding.diffusion import DIFFUSION
+from jaxdllm.decoding.jacobi import JACOBI
+
+METHODS = {DIFFUSION.name: DIFFUSION, JACOBI.name: JACOBI}
+
+
+def method_of(config):
+    """The decoding method of `config.policy`."""
+    return METHODS[config.policy.method]

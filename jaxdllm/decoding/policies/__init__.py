@@ -1,0 +1,58 @@
+"""Decoding policies by name. A new policy is one module with a `Policy` subclass plus one line
+in `_BUILTIN` (or a `register_policy` call from user code); the loop names none of them.
+
+| name | paper | rule |
+|---|---|---|
+| `llada` | LLaDA | scheduled top-k by confidence (or random) |
+| `threshold`, `factor` | Fast-dLLM | top-1 + all with p >= threshold / the factor rule |
+| `entropy` | dParallel | lowest entropy + all with entropy <= tau |
+| `local_leap` | LocalLeap | anchors relax the bar for their neighbours |
+| `credit` | CreditDecoding | decayed token credits fused into the logits |
+| `prophet` | Prophet | LLaDA + early commit on a logit gap |
+| `learn2pd` | Learn2PD | a learned filter + end-of-text prediction |
+| `dream` | Dream | `diffusion_generate`'s timestep schedule and algorithms |
+| `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
+"""
+
+from __future__ import annotations
+
+from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, Policy, StepContext, choose_tokens,
+                                            rank_among, scheduled_count, token_confidence)
+from jaxdllm.decoding.policies.credit import Credit
+from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
+from jaxdllm.decoding.policies.entropy import Entropy
+from jaxdllm.decoding.policies.factor import Factor
+from jaxdllm.decoding.policies.jacobi import Jacobi
+from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
+from jaxdllm.decoding.policies.llada import Llada
+from jaxdllm.decoding.policies.local_leap import LocalLeap
+from jaxdllm.decoding.policies.prophet import Prophet
+from jaxdllm.decoding.policies.threshold import Threshold
+from jaxdllm.errors import ConfigError
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register_policy(cls: type[Policy]) -> type[Policy]:
+    """Make `cls` selectable as `SamplerConfig(policy=cls.name)`; returns `cls` (a decorator too)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} needs a class attribute `name`")
+    POLICIES[cls.name] = cls
+    return cls
+
+
+_BUILTIN = (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi)
+for _cls in _BUILTIN:
+    register_policy(_cls)
+
+
+def policy_class(name: str) -> type[Policy]:
+    if name not in POLICIES:
+        raise ConfigError(f"policy must be one of {tuple(POLICIES)}, got {name!r}")
+    return POLICIES[name]
+
+
+__all__ = ["Commit", "ConfidencePolicy", "Credit", "Dream", "Entropy", "Factor", "Jacobi", "Learn2PD",
+           "Learn2PDFilter", "Llada", "LocalLeap", "POLICIES", "Policy", "Prophet", "StepContext", "Threshold",
+           "choose_tokens", "dream_timesteps", "policy_class", "rank_among", "register_policy",
+           "scheduled_count", "token_confidence"]

@@ -1,0 +1,178 @@
+"""The policy interface and the helpers the published commit rules share.
+
+A policy is a frozen dataclass: its fields are its settings (the published argument names), and
+it owns its per-generation state and says what it needs from the loop. Each step the loop gives
+it the current block's logits and calls
+
+    policy.commit(logits [B, L, V] f32, candidates [B, L] bool, ctx: StepContext) -> Commit
+
+`candidates` marks the block's undecided positions in rows that are still decoding. The commit
+must be a subset of `candidates` holding at least one position per row that has a candidate, so
+every step makes progress. What a policy may ask for (class attributes):
+
+* `method`: which canvas it decodes (`"diffusion"`: MASK until committed; `"jacobi"`: draft
+  tokens refined until they reach a fixed point).
+* `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
+* `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
+* `needs_learned_filter`: `generate(..., learned_filter=module)` must pass it a module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxdllm.errors import ConfigError
+
+
+class StepContext(NamedTuple):
+    """What a policy may read besides the logits.
+
+    Attributes:
+      config: the `SamplerConfig`.
+      block, block_step: current block and steps already taken in it (int32 scalars).
+      key: PRNG key of this step.
+      state: the policy's own carry (`Policy.init_state`), as the previous step left it.
+      eos_eot_ids: the model's EOS / end-of-turn ids.
+      eos_id: the model's EOS id (or None).
+      learned_filter: the module passed to `generate` (policies with `needs_learned_filter`).
+      answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
+      draft: `[B, L]` tokens the undecided positions hold now (the Jacobi draft; MASK in diffusion).
+      undecided: `[B, G]` the whole answer's undecided positions before this step.
+    """
+
+    config: Any
+    block: jax.Array
+    block_step: jax.Array
+    key: jax.Array
+    state: Any
+    eos_eot_ids: tuple[int, ...] = ()
+    eos_id: int | None = None
+    learned_filter: Any = None
+    answer_logits: jax.Array | None = None
+    draft: jax.Array | None = None
+    undecided: jax.Array | None = None
+
+
+class Commit(NamedTuple):
+    """A policy's decision for one step.
+
+    Attributes:
+      commit: `[B, L]` bool, positions decided now.
+      tokens: `[B, L]` int32, the token each committed position gets.
+      state: the policy's carry for the next step.
+      draft: `[B, L]` new tokens for the positions left undecided (Jacobi), or None (they stay).
+      fill: `[B, G]` bool over the whole answer: positions set to `fill_tokens` after the commit,
+        decided or not (an early finish, an end-of-text cut), or None.
+      fill_tokens: `[B, G]` int32, their tokens.
+      stop: `[B]` bool, rows the policy finishes now, or None.
+    """
+
+    commit: jax.Array
+    tokens: jax.Array
+    state: Any
+    draft: jax.Array | None = None
+    fill: jax.Array | None = None
+    fill_tokens: jax.Array | None = None
+    stop: jax.Array | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Base class: subclasses set `name`, declare their settings as fields, and define `commit`."""
+
+    name: ClassVar[str] = ""
+    method: ClassVar[str] = "diffusion"
+    scheduled: ClassVar[bool] = False
+    answer_logits: ClassVar[bool] = False
+    needs_learned_filter: ClassVar[bool] = False
+
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        """The names of this policy's settings."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def check(self, config) -> None:
+        """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""
+        if self.scheduled:
+            if config.steps % config.num_blocks:
+                raise ConfigError(f"steps ({config.steps}) must be a multiple of the number of blocks "
+                                  f"(gen_length / block_length = {config.num_blocks})")
+            if config.steps > config.gen_length:
+                raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}): "
+                                  "every step commits at least one token")
+
+    def init_state(self, batch: int, block_length: int, vocab_size: int):
+        """The policy's carry at the start of a generation (a pytree of arrays)."""
+        return jnp.zeros((), jnp.float32)
+
+    def commit(self, logits: jax.Array, candidates: jax.Array, ctx: StepContext) -> Commit:
+        raise NotImplementedError
+
+
+def in_unit_interval(value, name: str, policy: str) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{name} must be in (0, 1], got {value} (policy {policy!r})")
+
+
+def choose_tokens(logits: jax.Array, temperature: float, key: jax.Array) -> jax.Array:
+    """`argmax` (T = 0) or a Gumbel-max sample of softmax(logits / T); `[B, L]` int32.
+
+    The published code computes `exp(l) / (-log u)^T` in float64; `l + T * gumbel(u)` has the
+    same argmax and is stable in float32.
+    """
+    if temperature == 0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    gumbel = jax.random.gumbel(key, logits.shape, jnp.float32)
+    return jnp.argmax(logits + temperature * gumbel, axis=-1).astype(jnp.int32)
+
+
+def token_confidence(logits: jax.Array, tokens: jax.Array, zero_ids: tuple[int, ...] = ()) -> jax.Array:
+    """softmax(logits)[token] `[B, L]`; tokens in `zero_ids` get 0 (EOS/EoT committed last)."""
+    probs = jax.nn.softmax(logits, axis=-1)
+    conf = jnp.take_along_axis(probs, tokens[..., None], axis=-1)[..., 0]
+    for tid in zero_ids:
+        conf = jnp.where(tokens == tid, 0.0, conf)
+    return conf
+
+
+def rank_among(score: jax.Array, valid: jax.Array) -> jax.Array:
+    """Rank of each position by descending `score` among `valid` ones (0 = best); `[B, L]`.
+
+    Invalid positions rank after every valid one. Ties go to the lower index.
+    """
+    order = jnp.argsort(jnp.where(valid, -score, jnp.inf), axis=-1, stable=True)
+    return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
+
+
+def scheduled_count(config, block_step: jax.Array) -> jax.Array:
+    """LLaDA's tokens-per-step schedule: `block_length // s`, the first `block_length % s` steps
+    one more (every block starts fully masked, so the count is the same for every row)."""
+    s = config.steps_per_block
+    base, rem = divmod(config.block_length, s)
+    return base + (block_step < rem).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfidencePolicy(Policy):
+    """Policies ranking positions by the probability of their chosen token.
+
+    `confidence_eos_eot_inf`: EOS/EoT predictions get confidence 0, so they are committed last
+    (LLaDA's published option).
+    """
+
+    confidence_eos_eot_inf: bool = False
+
+    def greedy(self, logits: jax.Array, ctx: StepContext) -> tuple[jax.Array, jax.Array]:
+        """`(tokens [B, L], confidence [B, L])` at the config's temperature."""
+        tokens = choose_tokens(logits, ctx.config.temperature, ctx.key)
+        zero = ctx.eos_eot_ids if self.confidence_eos_eot_inf else ()
+        return tokens, token_confidence(logits, tokens, zero)
+
+
+def top_plus_threshold(candidates: jax.Array, score: jax.Array, passes: jax.Array) -> jax.Array:
+    """The best-scoring candidate plus every candidate that `passes` (Fast-dLLM's shape of rule)."""
+    return candidates & ((rank_among(score, candidates) == 0) | passes)

@@ -1,0 +1,209 @@
+"""`Sampler`: a model's parameters held once, placed as the model was (sharded or not), and a
+batch placed over the mesh's data axes; `generate` and `generate_stepwise` are its one-call forms.
+
+    sampler = jaxdllm.Sampler(model)                 # split once
+    out = sampler(prompt_ids, SamplerConfig.preset("fast-dllm-dual"), attention_mask=mask)
+    sampler.params = new_params                      # e.g. after a training step; same tree, shapes
+
+When the parameters live on a mesh (`from_pretrained(..., mesh=mesh)`), the prompts are sharded
+over its `batch` axes (`data`, `fsdp` in `jaxdllm.sharding.DEFAULT_RULES`), padded with idle rows
+to a multiple of their size; the idle rows start finished and are dropped from the result.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxdllm import sharding as shd
+from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
+from jaxdllm.decoding.loop import decode, decode_stepwise
+from jaxdllm.decoding.methods import method_of
+from jaxdllm.errors import ConfigError
+
+
+class GenerateResult(NamedTuple):
+    """Host (numpy) results of one generation."""
+
+    tokens: np.ndarray        # [B, Lp + G]
+    nfe: np.ndarray           # [B]
+    commit_step: np.ndarray   # [B, Lp + G]
+    trajectory: np.ndarray | None  # [B, max_trajectory, Lp + G] or None
+    steps: int                # loop iterations (forwards of the whole batch)
+
+
+class Prepared(NamedTuple):
+    """Host-side prompts of one call, bucketed and left-padded, and the static layout."""
+
+    ids: np.ndarray     # [B', Lp] (B' >= B: idle rows added for the data sharding)
+    seg: np.ndarray     # [B', Lp] 1 on prompt tokens, 0 on padding
+    valid: np.ndarray   # [B'] rows that are real prompts
+    lay: Layout
+    extra: int          # padding columns added in front (dropped from the result)
+    rows: int           # B
+
+
+def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=None) -> None:
+    """Errors a user can act on, raised before anything compiles."""
+    method_of(config).check_model(model_config, config)
+    if prompt_len + config.gen_length > model_config.max_position:
+        raise ConfigError(f"prompt ({prompt_len} tokens after bucketing) + gen_length ({config.gen_length}) "
+                          f"exceeds the model's max_position ({model_config.max_position})")
+    if config.stop_at_eos and model_config.eos_token_id is None:
+        raise ConfigError("stop_at_eos needs the model config's eos_token_id")
+    if (learned_filter is not None) != config.policy.needs_learned_filter:
+        needing = "policy='learn2pd'" if not config.policy.needs_learned_filter else f"policy={config.policy.name!r}"
+        raise ConfigError(f"{needing} needs learned_filter=<module>, and only policies that read a learned "
+                          "filter take one")
+
+
+def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_multiple: int = 1,
+            learned_filter=None) -> Prepared:
+    """Bucket and left-pad the prompts, check everything, and fix the layout (host only)."""
+    pad_id = model_config.pad_token_id if model_config.pad_token_id is not None else 0
+    ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config), pad_id)
+    check(model_config, config, ids.shape[1], learned_filter)
+    rows = ids.shape[0]
+    idle = -rows % row_multiple
+    valid = np.concatenate([np.ones(rows, bool), np.zeros(idle, bool)])
+    ids = np.concatenate([ids, np.full((idle, ids.shape[1]), pad_id, np.int32)])
+    seg = np.concatenate([seg, np.repeat(seg[-1:], idle, 0)])
+    mc = model_config
+    lay = Layout(prompt_len=ids.shape[1], total=ids.shape[1] + config.gen_length, mask_id=mc.mask_token_id,
+                 shift=int(mc.shift_logits), eos_eot=tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None),
+                 eos_id=mc.eos_token_id, attention=mc.attention, block_size=mc.block_size)
+    return Prepared(ids, seg, valid, lay, extra, rows)
+
+
+def _mesh_of(params):
+    for leaf in jax.tree.leaves(params):
+        if isinstance(getattr(leaf, "sharding", None), NamedSharding):
+            return leaf.sharding.mesh
+    return None
+
+
+class Sampler:
+    """Decodes with one model whose parameters it holds (split once, kept where they are placed).
+
+    Args:
+      model: a `Transformer`, on one device or sharded over a mesh.
+      rules: the logical-axis rules naming the mesh axes of `batch` (default `sharding.DEFAULT_RULES`).
+    """
+
+    def __init__(self, model, rules=shd.DEFAULT_RULES):
+        self.model_config = model.config
+        self._graphdef, self._params = nnx.split(model)
+        self._rules = rules
+        self._batch_sharding = None
+        self._row_multiple = 1
+        mesh = _mesh_of(self._params)
+        if mesh is not None:
+            spec = shd.logical_to_spec(("batch",), (0,), mesh, rules)  # size 0 divides every axis
+            axes = spec[0] if spec[0] is not None else ()
+            axes = (axes,) if isinstance(axes, str) else tuple(axes)
+            self._row_multiple = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+            self._batch_sharding = NamedSharding(mesh, PartitionSpec(axes or None))
+
+    # -- parameters --------------------------------------------------------------------------
+    @property
+    def params(self) -> nnx.State:
+        """The model state the sampler decodes with."""
+        return self._params
+
+    @params.setter
+    def params(self, state: nnx.State) -> None:
+        """Replace the parameters: same tree, shapes and dtypes; placed like the current ones."""
+        old, new = jax.tree.leaves(self._params), jax.tree.leaves(state)
+        if jax.tree.structure(self._params) != jax.tree.structure(state):
+            raise ValueError("new params must have the same tree structure as the model's")
+        for a, b in zip(old, new):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise ValueError(f"new params must keep shapes and dtypes: {b.shape} {b.dtype} vs {a.shape} {a.dtype}")
+        self._params = jax.device_put(state, jax.tree.map(lambda x: x.sharding, self._params))
+
+    # -- decoding ----------------------------------------------------------------------------
+    def _place(self, host: np.ndarray):
+        if self._batch_sharding is None:
+            return host
+        spec = PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1)))
+        sharding = NamedSharding(self._batch_sharding.mesh, spec)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+    def _run(self, driver, input_ids, config, attention_mask, key, learned_filter) -> GenerateResult:
+        if not isinstance(config, SamplerConfig):
+            raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+        p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
+        filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
+        key = jax.random.PRNGKey(0) if key is None else key
+        state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg), self._place(p.valid),
+                       key, filter_state, method=method_of(config), lay=p.lay, config=config, filter_def=filter_def)
+        return _result(state, p, config)
+
+    def __call__(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
+                 learned_filter: nnx.Module | None = None) -> GenerateResult:
+        """Decode `gen_length` tokens after each prompt in one compiled call.
+
+        Args:
+          input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
+          config: a `SamplerConfig` (see `SamplerConfig.preset`).
+          attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
+          key: PRNG key for sampling, random remasking and draft initialisation (default `PRNGKey(0)`).
+          learned_filter: for policies that read one (`learn2pd`), a module mapping `[B,
+            block_length]` top-1 probabilities to accept logits of the same shape.
+
+        Returns:
+          `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
+        """
+        return self._run(decode, input_ids, config, attention_mask, key, learned_filter)
+
+    def stepwise(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
+                 learned_filter: nnx.Module | None = None) -> GenerateResult:
+        """The same decoding as `__call__`, driven by a Python loop of jitted steps (for benchmarks)."""
+        return self._run(decode_stepwise, input_ids, config, attention_mask, key, learned_filter)
+
+
+def _host(x) -> np.ndarray:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(jax.device_get(x))
+
+
+def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
+    """Fetch the outputs and drop the bucket padding and idle rows on the host (slicing on the
+    device would compile a kernel per prompt length)."""
+    canvas, commit_step, nfe, trajectory, steps = (_host(x) for x in (
+        state.canvas, state.commit_step, state.nfe, state.trajectory, state.step))
+    r, e = p.rows, p.extra
+    return GenerateResult(tokens=canvas[:r, e:], nfe=nfe[:r], commit_step=commit_step[:r, e:],
+                          trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps))
+
+
+def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
+             learned_filter: nnx.Module | None = None) -> GenerateResult:
+    """`Sampler(model)(input_ids, config, ...)`: decode `gen_length` tokens after each prompt in one
+    compiled call (see `Sampler.__call__`). Holding a `Sampler` avoids splitting the model per call.
+
+    Args:
+      model: a `Transformer`: diffusion (bidirectional: LLaDA, Dream; block-causal: block
+        diffusion, Fast-dLLM v2) with a `mask_token_id`, or causal for `policy="jacobi"`.
+      input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
+      config: a `SamplerConfig`.
+      attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding.
+
+    Returns:
+      `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
+    """
+    return Sampler(model)(input_ids, config, attention_mask, key=key, learned_filter=learned_filter)
+
+
+def generate_stepwise(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
+                      learned_filter: nnx.Module | None = None) -> GenerateResult:
+    """The same decoding as `generate`, driven by a Python loop that calls a jitted step and reads
+    `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
+    return Sampler(model).stepwise(input_ids, config, attention_mask, key=key, learned_filter=learned_filter)
