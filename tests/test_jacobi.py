@@ -1,0 +1,93 @@
+"""Jacobi decoding (the loop's second method) equals greedy autoregressive decoding, the published
+property, checked against transformers' `generate(do_sample=False)` on the same tiny random Qwen2
+and Llama checkpoints: batches of different prompt lengths, windows that do not divide the
+length, EOS inside the generation."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+import jaxdllm
+from jaxdllm import ConfigError, SamplerConfig
+from hf_models import make_hf_model
+from sampler_fixtures import prompts
+
+PAD = 0
+
+
+@pytest.fixture(scope="module", params=[("qwen2", "gqa"), ("llama", "mha")], ids=["qwen2", "llama"])
+def saved(request, tmp_path_factory):
+    kind, shape = request.param
+    hf = make_hf_model(kind, shape)
+    path = tmp_path_factory.mktemp(kind)
+    hf.save_pretrained(path)
+    return hf, path
+
+
+def hf_greedy(hf, ids, mask, gen, eos=None):
+    with torch.no_grad():
+        out = hf.generate(input_ids=torch.as_tensor(ids, dtype=torch.long),
+                          attention_mask=torch.as_tensor(mask, dtype=torch.long), max_new_tokens=gen,
+                          do_sample=False, pad_token_id=PAD, eos_token_id=eos)
+    return out[:, ids.shape[1]:].numpy()
+
+
+@pytest.mark.parametrize("gen,window", [(14, 4), (12, 16), (13, 5)])
+def test_jacobi_equals_transformers_greedy(saved, gen, window):
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
+    want = hf_greedy(hf, ids, mask, gen)
+    config = SamplerConfig(policy="jacobi", gen_length=gen, block_length=window, prompt_bucket=8)
+    out = jaxdllm.generate(model, ids, config, attention_mask=mask, key=jax.random.PRNGKey(gen))
+    width = ids.shape[1]
+    np.testing.assert_array_equal(out.tokens[:, width:], want)
+    np.testing.assert_array_equal(out.tokens[:, :width], ids)
+    assert (out.nfe <= gen).all() and (out.nfe >= -(-gen // window)).all()
+    steps = out.commit_step[:, width:]
+    assert (np.diff(steps, axis=1) >= 0).all() and (steps.max(1) == out.nfe).all()  # decided left to right
+
+
+def test_jacobi_stops_rows_at_their_eos(saved):
+    hf, path = saved
+    gen = 16
+    ids, mask, _ = prompts([4, 7], seed=3, vocab=hf.config.vocab_size)
+    plain = hf_greedy(hf, ids, mask, gen)
+    eos = int(plain[0, 5])  # a token row 0 emits mid-answer becomes EOS
+    want = hf_greedy(hf, ids, mask, gen, eos=eos)
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy="jacobi", gen_length=gen, block_length=6,
+                                                     prompt_bucket=8, stop_at_eos=True), attention_mask=mask)
+    got = out.tokens[:, ids.shape[1]:]
+    for row in range(len(ids)):
+        hit = np.nonzero(want[row] == eos)[0]
+        end = int(hit[0]) + 1 if len(hit) else gen
+        np.testing.assert_array_equal(got[row, :end], want[row, :end])
+        assert (got[row, end:] == eos).all()
+    first = int(np.nonzero(want[0] == eos)[0][0])
+    assert out.nfe[0] <= first + 1 < gen  # row 0 stopped at its EOS
+
+
+def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
+    from flax import nnx
+
+    from jaxdllm.decoding import loop, sampler
+    from jaxdllm.decoding.methods import method_of
+
+    _, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    config = SamplerConfig(policy="jacobi", gen_length=8, block_length=4, prompt_bucket=8)
+    ids, mask, _ = prompts([3, 5], seed=1)
+    prep = sampler.prepare(model.config, ids, mask, config)
+    graphdef, params = nnx.split(model)
+    text = str(jax.make_jaxpr(lambda p: loop.decode(graphdef, p, prep.ids, prep.seg, prep.valid, jax.random.PRNGKey(0),
+                                                    method=method_of(config), lay=prep.lay, config=config))(params))
+    assert text.count("while[") == 1 and "callback" not in text
+    llada = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada"), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="decodes causal models; the model's attention is 'bidirectional'"):
+        jaxdllm.generate(llada, ids, config)
+    with pytest.raises(ConfigError, match="greedy"):
+        SamplerConfig(policy="jacobi", temperature=0.5)
+    with pytest.raises(ConfigError, match="own exact KV cache"):
+        SamplerConfig(policy="jacobi", cache="dual")
