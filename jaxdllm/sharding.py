@@ -21,6 +21,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # logical axis -> mesh axis (or tuple of mesh axes, or None for replicated).
 DEFAULT_RULES: dict[str, str | tuple[str, ...] | None] = {
     "batch": ("data", "fsdp"),
+    "layers": None,  # the stacked-layer axis of scan_layers models
     "length": None,
     "vocab": "tensor",
     "embed": "fsdp",
@@ -67,6 +68,15 @@ def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...]
         used.update(axes)
         spec.append(None if not axes else (axes[0] if len(axes) == 1 else axes))
     return PartitionSpec(*spec)
+
+
+def constrain(x: jax.Array, logical_axes: tuple[str | None, ...], rules=DEFAULT_RULES) -> jax.Array:
+    """`x` constrained to the sharding its logical axes name on the current mesh (`jax.set_mesh`);
+    unchanged when no mesh is set. Activations use `batch`, `length`, `embed`, `vocab`."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    return jax.lax.with_sharding_constraint(x, logical_to_spec(logical_axes, x.shape, mesh, rules))
 
 
 def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.State:

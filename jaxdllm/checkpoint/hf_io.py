@@ -1,7 +1,9 @@
 """Hugging Face checkpoint import/export: config.json + safetensors (one file or a sharded index).
 
 Import reads one tensor at a time, converts its layout and dtype on the host, and places it
-straight into its target sharding; at most one tensor (plus its cast copy) is on the host.
+straight into its target sharding; at most one tensor (plus its cast copy) is on the host. With
+`ModelConfig.scan_layers` a layer's tensor is written on device into its slice of the stacked
+parameter.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import shutil
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.errors import CheckpointError
-from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, tensor_table
+from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
 from jaxdllm.models.config import DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
 
@@ -96,10 +99,22 @@ def _check_tensors(table: list[TensorMapping], files: dict[str, Path], config: M
                 f"tensor {t.name} in {file.name} has shape {list(shape)}, expected {list(t.hf_shape)}")
 
 
-def _placement(mapping: TensorMapping, logical_axes, mesh: Mesh | None, rules):
+def _placement(shape: tuple, logical_axes, mesh: Mesh | None, rules):
     if mesh is None:
         return SingleDeviceSharding(jax.devices()[0])
-    return NamedSharding(mesh, shd.logical_to_spec(logical_axes, mapping.shape, mesh, rules))
+    return NamedSharding(mesh, shd.logical_to_spec(logical_axes, shape, mesh, rules))
+
+
+def _layer_placement(placement):
+    """The placement of one layer's slice of a stacked parameter (the `layers` axis dropped)."""
+    if isinstance(placement, SingleDeviceSharding):
+        return placement
+    return NamedSharding(placement.mesh, PartitionSpec(*placement.spec[1:]))
+
+
+# Write one layer into a stacked parameter in place (the old buffer is donated).
+_set_layer = jax.jit(lambda stacked, x, i: jax.lax.dynamic_update_index_in_dim(stacked, x, i, 0),
+                     donate_argnums=0, static_argnums=2)
 
 
 def _place(host: np.ndarray, placement) -> jax.Array:
@@ -152,19 +167,30 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     graphdef, state = nnx.split(abstract)
     variables = dict(nnx.to_flat_state(state))
     target = _NP_DTYPES[config.param_dtype]
+    stacked: dict[tuple, jax.Array] = {}  # scan_layers: stacked parameters, filled layer by layer
     # File by file, each handle closed after use: its memory-mapped pages leave the process.
     for file in sorted(set(files.values())):
         handle = _open(file)
         for t in (t for t in table if files[t.name] == file):
-            var = variables[t.path]
-            if tuple(var.get_value().shape) != t.shape:  # a bug in the table, not in the checkpoint
-                raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {var.get_value().shape}")
+            path, layer = param_location(t, config)
+            var = variables[path]
+            shape = tuple(var.get_value().shape)
+            if (shape if layer is None else shape[1:]) != t.shape:  # a bug in the table, not in the checkpoint
+                raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {shape}")
             host = t.to_jax(handle.get_tensor(t.name))
             if host.dtype != target:
                 host = host.astype(target)
-            var.set_value(_place(host, _placement(t, var.logical_axes, mesh, rules)))
+            placement = _placement(shape, var.logical_axes, mesh, rules)
+            if layer is None:
+                var.set_value(_place(host, placement))
+            else:
+                if path not in stacked:
+                    stacked[path] = jax.jit(lambda: jnp.zeros(shape, target), out_shardings=placement)()
+                stacked[path] = _set_layer(stacked[path], _place(host, _layer_placement(placement)), layer)
             del host
         del handle
+    for path, value in stacked.items():
+        variables[path].set_value(value)
     return nnx.merge(graphdef, state)
 
 
@@ -232,7 +258,9 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     for fname, shard in zip(names, shards):
         tensors = {}
         for t in shard:
-            tensors[t.name] = t.to_hf(_to_host(params[t.path].get_value()).astype(np_dtype))
+            path, layer = param_location(t, config)
+            value = params[path].get_value()
+            tensors[t.name] = t.to_hf(_to_host(value if layer is None else value[layer]).astype(np_dtype))
             weight_map[t.name] = fname
             total += tensors[t.name].nbytes
         if writer:

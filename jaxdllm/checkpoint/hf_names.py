@@ -85,6 +85,15 @@ def tensor_table(config: ModelConfig) -> list[TensorMapping]:
     return table
 
 
+def param_location(mapping: TensorMapping, config: ModelConfig) -> tuple[tuple, int | None]:
+    """`(parameter path, layer index)` of a tensor: with `scan_layers` every layer's tensor is slice
+    `index` of one stacked parameter (path without the index); otherwise the index is None."""
+    path = mapping.path
+    if config.scan_layers and path[0] == "layers":
+        return ("layers",) + path[2:], path[1]
+    return path, None
+
+
 def is_ignorable(name: str, config: ModelConfig) -> bool:
     """Tensors some checkpoints carry that hold no parameter: RoPE buffers, a tied LM head."""
     if name.endswith("rotary_emb.inv_freq"):

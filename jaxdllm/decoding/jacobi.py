@@ -67,12 +67,14 @@ class JacobiDecoding:
         canvas, ext = self._extended(state.canvas, view, n)
         ids, pos, seg = ext.window(canvas, start, n)
 
-        def row(ids, pos, seg, start, cache):
-            one = jax.tree.map(lambda x: x[None], cache)
+        def row(ids, pos, seg, start, cache):  # one row: its own cache offset
+            one = _with_batch(cache, lambda x, axis: jnp.expand_dims(x, axis))
             logits, one = model(ids[None], pos[None], lay.mask(seg[None], q_offset=start, kind="causal"), one)
-            return logits[0], jax.tree.map(lambda x: x[0], one)
+            return logits[0], _with_batch(one, lambda x, axis: jnp.squeeze(x, axis))
 
-        logits, cache = jax.vmap(row)(ids, pos, seg, start, state.cache)
+        axes = state.cache.batch_axes()
+        logits, cache = jax.vmap(row, in_axes=(0, 0, 0, 0, axes), out_axes=(0, axes))(ids, pos, seg, start,
+                                                                                      state.cache)
         targets = first[:, None] + jnp.arange(n)
         candidates = (targets < T) & slice_window(state.undecided, first, n) & ~state.done[:, None]
         nfe = state.nfe + candidates.any(1).astype(jnp.int32)
@@ -86,6 +88,12 @@ class JacobiDecoding:
             state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
         state = state.replace(done=state.done | ~state.undecided.any(1))
         return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+
+
+def _with_batch(cache: KVCache, fn) -> KVCache:
+    """`fn(array, batch_axis)` on every array of `cache` (under vmap a row has lost its batch axis)."""
+    axes = cache.batch_axes()
+    return jax.tree.map(fn, cache, axes)
 
 
 JACOBI = JacobiDecoding()

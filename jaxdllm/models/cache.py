@@ -29,7 +29,8 @@ class KVCache:
     """Per-layer K/V slots.
 
     Attributes:
-      k, v: tuples of `num_layers` arrays `[B, S, Hkv, Dh]`.
+      k, v: per layer `[B, S, Hkv, Dh]`: a tuple of `num_layers` arrays, or (models with
+        `scan_layers`) one stacked array `[num_layers, B, S, Hkv, Dh]`; `k[i]` is layer i either way.
       segment_ids: `[B, S]` int32, the segment id of the token in each slot; 0 = empty/padding.
     """
 
@@ -42,8 +43,21 @@ class KVCache:
         """An empty cache of `max_length` slots per row, in `dtype` (default: compute dtype)."""
         dtype = config.jnp_dtype if dtype is None else dtype
         shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
-        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+        if config.scan_layers:
+            zeros = jnp.zeros((config.num_layers, *shape), dtype)
+        else:
+            zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
         return cls(k=zeros, v=zeros, segment_ids=jnp.zeros((batch_size, max_length), jnp.int32))
+
+    @property
+    def stacked(self) -> bool:
+        return not isinstance(self.k, tuple)
+
+    def batch_axes(self) -> "KVCache":
+        """`in_axes` for `jax.vmap` over the batch (rows of every array)."""
+        axis = 1 if self.stacked else 0
+        per_layer = axis if self.stacked else tuple(axis for _ in self.k)
+        return KVCache(k=per_layer, v=per_layer, segment_ids=0)
 
     @property
     def max_length(self) -> int:

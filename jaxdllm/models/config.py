@@ -19,6 +19,7 @@ ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
 CHECKPOINT_FORMATS = ("llada", "hf")
 DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALING_TYPES = ("llama3", "linear")
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,12 @@ class ModelConfig:
       checkpoint_format: `llada` or `hf` (Qwen2/Llama tensor names).
       model_type: the `model_type` written to config.json on export.
       attention_impl: attention implementation, one of `jaxdllm.attention.implementations()`.
+      scan_layers: store the layers' parameters stacked along a leading `layers` axis and run them
+        with one `jax.lax.scan` (one compiled layer instead of `num_layers`: faster compiles at
+        depth). Checkpoints import and export the same either way.
+      remat: rematerialise activations in the backward pass, per layer: `none`, `full` (keep only
+        each layer's input) or `dots` (keep matmul outputs without batch dims,
+        `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`).
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -104,6 +111,8 @@ class ModelConfig:
     checkpoint_format: str = "hf"
     model_type: str = "llama"
     attention_impl: str = "auto"
+    scan_layers: bool = False
+    remat: str = "none"
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -135,6 +144,8 @@ class ModelConfig:
             tid = getattr(self, name)
             if tid is not None and not 0 <= tid < self.vocab_size:
                 raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
+        if self.remat not in REMAT_POLICIES:
+            raise ConfigError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         from jaxdllm.attention import implementations  # local: attention imports nothing from models
 
         if self.attention_impl not in implementations():

@@ -1,7 +1,9 @@
 """The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama and block diffusion.
 
 Which model it is lives entirely in `ModelConfig` (attention mode, biases, tied embeddings,
-token shift, special ids).
+token shift, special ids). How it runs is there too: `scan_layers` stacks the layers' parameters
+along a leading `layers` axis and runs them with one `jax.lax.scan` (one layer to compile), and
+`remat` rematerialises each layer's activations in the backward pass.
 """
 
 from __future__ import annotations
@@ -10,10 +12,25 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdllm import sharding as shd
 from jaxdllm.attention import MaskSpec
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.layers import Block, RMSNorm, _init, rope_inv_freq
+
+_REMAT = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+def stack_layers(blocks: list[Block]) -> Block:
+    """One `Block` whose every parameter is the layers' parameters stacked on a new leading axis
+    (logical axis `layers`)."""
+    graphdef, _ = nnx.split(blocks[0])
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(b) for b in blocks])
+    for _, var in nnx.to_flat_state(stacked):
+        axes = var.get_metadata().get("logical_axes")
+        if axes is not None:
+            var.set_metadata(logical_axes=("layers", *axes))
+    return nnx.merge(graphdef, stacked)
 
 
 class Transformer(nnx.Module):
@@ -24,7 +41,8 @@ class Transformer(nnx.Module):
         pd = config.jnp_param_dtype
         self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
                                logical_axes=("vocab", "embed"))
-        self.layers = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        blocks = [Block(config, rngs=rngs) for _ in range(config.num_layers)]  # same draws either way
+        self.layers = stack_layers(blocks) if config.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
         self.lm_head = (None if config.tie_embeddings else
                         nnx.Param(_init(rngs.params(), (config.embed_dim, config.vocab_size), pd),
@@ -51,8 +69,9 @@ class Transformer(nnx.Module):
             for input positions `[start, start + length)`, skipping the LM head elsewhere.
 
         Returns:
-          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) in float32 (raw: with `config.shift_logits`, position i-1
-          predicts token i; see `align_logits`), plus the updated cache when one was given.
+          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) in float32 (raw: with
+          `config.shift_logits`, position i-1 predicts token i; see `align_logits`), plus the
+          updated cache when one was given.
         """
         c = self.config
         b, l = input_ids.shape
@@ -67,22 +86,66 @@ class Transformer(nnx.Module):
         inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
 
         x = jnp.take(self.embed[...], input_ids, axis=0).astype(c.jnp_dtype)
-        new_k, new_v = [], []
-        for i, block in enumerate(self.layers):
-            slot = None if cache is None else (cache.k[i], cache.v[i])
-            x, slot = block(x, positions, mask, inv_freq, slot)
-            if slot is not None:
-                new_k.append(slot[0])
-                new_v.append(slot[1])
+        x = shd.constrain(x, ("batch", "length", "embed"))
+        kv = None if cache is None else (cache.k, cache.v)
+        if c.scan_layers:
+            x, kv = self._scan_layers(x, positions, mask, inv_freq, kv)
+        else:
+            x, kv = self._unrolled_layers(x, positions, mask, inv_freq, kv)
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
         head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
-        logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype),
-                            preferred_element_type=jnp.float32)
+        logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype), preferred_element_type=jnp.float32)
+        logits = shd.constrain(logits, ("batch", "length", "vocab"))
         if cache is None:
             return logits
-        return logits, KVCache(k=tuple(new_k), v=tuple(new_v), segment_ids=mask.kv_segment_ids)
+        return logits, KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
+
+    def _layer_fn(self, graphdef, positions, mask, inv_freq):
+        """`(params, x, slot) -> (x, slot)` for one layer, rematerialised per `config.remat`."""
+        def run(params, x, slot):
+            x, slot = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
+            return shd.constrain(x, ("batch", "length", "embed")), slot
+
+        if self.config.remat == "none":
+            return run
+        return jax.checkpoint(run, policy=_REMAT[self.config.remat], prevent_cse=not self.config.scan_layers)
+
+    def _unrolled_layers(self, x, positions, mask, inv_freq, kv):
+        new_k, new_v = [], []
+        for i, block in enumerate(self.layers):
+            graphdef, params = nnx.split(block)
+            slot = None if kv is None else (kv[0][i], kv[1][i])
+            x, slot = self._layer_fn(graphdef, positions, mask, inv_freq)(params, x, slot)
+            if slot is not None:
+                new_k.append(slot[0])
+                new_v.append(slot[1])
+        return x, (None if kv is None else (tuple(new_k), tuple(new_v)))
+
+    def _scan_layers(self, x, positions, mask, inv_freq, kv):
+        graphdef, params = nnx.split(self.layers)
+        layer = self._layer_fn(graphdef, positions, mask, inv_freq)
+
+        if kv is None:
+            def body(x, layer_params):
+                return layer(layer_params, x, None)[0], None
+
+            return jax.lax.scan(body, x, params)[0], None
+
+        # The cache rides in the carry and each layer updates its own slot in place (a stacked
+        # output would allocate a second cache every call).
+        def body_cached(carry, xs):
+            x, k, v = carry
+            i, layer_params = xs
+            slot = (jax.lax.dynamic_index_in_dim(k, i, keepdims=False), jax.lax.dynamic_index_in_dim(v, i, keepdims=False))
+            x, (sk, sv) = layer(layer_params, x, slot)
+            k = jax.lax.dynamic_update_index_in_dim(k, sk.astype(k.dtype), i, 0)
+            v = jax.lax.dynamic_update_index_in_dim(v, sv.astype(v.dtype), i, 0)
+            return (x, k, v), None
+
+        (x, k, v), _ = jax.lax.scan(body_cached, (x, kv[0], kv[1]), (jnp.arange(self.config.num_layers), params))
+        return x, (k, v)
 
 
 def align_logits(logits: jax.Array, config: ModelConfig) -> jax.Array:
