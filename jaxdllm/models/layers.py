@@ -21,7 +21,12 @@ _init = nnx.initializers.normal(stddev=0.02)
 
 
 class Einsum(nnx.Module):
-    """`y = einsum(eqn, x, kernel) (+ bias)`, matmul in the compute dtype, fp32 accumulation."""
+    """`y = einsum(eqn, x, kernel) (+ bias)`, matmul in the compute dtype, fp32 accumulation.
+
+    With LoRA adapters attached (`jaxdllm.models.lora.add_lora`: `lora_a [in..., r]`, `lora_b [r,
+    out...]`, both `nnx.LoRAParam`), `y += lora_scale * (x A) B`, computed in the forward; the
+    kernel itself is never rewritten during training.
+    """
 
     def __init__(self, eqn: str, kernel_shape: tuple[int, ...], kernel_axes: tuple[str, ...], *,
                  bias_shape: tuple[int, ...] | None = None, bias_axes: tuple[str, ...] = (),
@@ -32,10 +37,28 @@ class Einsum(nnx.Module):
                                 logical_axes=kernel_axes)
         self.bias = (nnx.Param(jnp.zeros(bias_shape, param_dtype), logical_axes=bias_axes)
                      if bias_shape is not None else None)
+        self.lora_a = nnx.data(None)  # LoRAParams once adapters are attached
+        self.lora_b = nnx.data(None)
+        self.lora_scale = 0.0
+
+    @property
+    def lora_eqns(self) -> tuple[str, str]:
+        """`(x, A -> xA, xA, B -> y)` einsum equations of the low-rank path ("r" is the rank)."""
+        x_spec, rest = self.eqn.split(",")
+        kernel_spec, y_spec = rest.split("->")
+        batch = "".join(c for c in x_spec if c not in kernel_spec)
+        contracted = "".join(c for c in kernel_spec if c in x_spec)
+        produced = "".join(c for c in kernel_spec if c not in x_spec)
+        return f"{x_spec},{contracted}r->{batch}r", f"{batch}r,r{produced}->{y_spec}"
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.einsum(self.eqn, x.astype(self.dtype), self.kernel[...].astype(self.dtype),
-                       preferred_element_type=jnp.float32)
+        x = x.astype(self.dtype)
+        y = jnp.einsum(self.eqn, x, self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
+        if self.lora_a is not None:
+            down, up = self.lora_eqns
+            xa = jnp.einsum(down, x, self.lora_a[...].astype(self.dtype), preferred_element_type=jnp.float32)
+            y = y + self.lora_scale * jnp.einsum(up, xa.astype(self.dtype), self.lora_b[...].astype(self.dtype),
+                                                 preferred_element_type=jnp.float32)
         if self.bias is not None:
             y = y + self.bias[...].astype(jnp.float32)
         return y.astype(self.dtype)

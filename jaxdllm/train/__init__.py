@@ -1,10 +1,14 @@
-"""Training: objectives (`objectives/`), LoRA (`lora`), recipes (`config`) and the sharded trainer."""
+"""Training: objectives (`objectives/`), recipes (`config`), construction (`setup`), the compiled
+step (`step`) and the sharded trainer (`trainer`); LoRA settings in `lora`."""
 
-from jaxdllm.train.config import TrainConfig
-from jaxdllm.train.lora import LoraConfig, init_lora, merge, num_lora_params
-from jaxdllm.train.objectives import OBJECTIVES, Objective, Views, make_objective, register_objective
 from jaxdllm.errors import TrainingError
-from jaxdllm.train.trainer import Trainer, make_optimizer
+from jaxdllm.train.config import TrainConfig
+from jaxdllm.train.lora import LoraConfig, num_lora_params
+from jaxdllm.train.objectives import OBJECTIVES, Objective, Views, make_objective, register_objective
+from jaxdllm.train.setup import SplitModel, make_optimizer, split_for_training
+from jaxdllm.train.step import make_train_step
+from jaxdllm.train.trainer import Trainer
 
-__all__ = ["LoraConfig", "OBJECTIVES", "TrainConfig", "Trainer", "TrainingError", "Objective", "Views", "init_lora", "make_objective", "register_objective",
-           "make_optimizer", "merge", "num_lora_params"]
+__all__ = ["LoraConfig", "OBJECTIVES", "Objective", "SplitModel", "TrainConfig", "Trainer", "TrainingError", "Views",
+           "make_objective", "make_optimizer", "make_train_step", "num_lora_params", "register_objective",
+           "split_for_training"]

@@ -1,0 +1,203 @@
+"""The trainer's construction, one step per function, so a notebook can run them one by one:
+
+    mesh = make_training_mesh(config.mesh)
+    tokenizer = load_tokenizer(config)
+    model = init_model(config, tokenizer, mesh)             # a preset, or `init_from` a checkpoint
+    split = split_for_training(model, config.lora, mesh, seed=config.train.seed)
+    tx, schedule = make_optimizer(config.optim, config.train.steps)
+    opt_state, opt_shardings = init_optimizer(tx, split.trainable, mesh)
+    examples = load_examples(config.data, tokenizer)
+    batches = make_batch_iterator(examples, tokenizer, batch_config_for(config))
+    objective = make_objective(config.objective.kind, config.objective.settings, model.config)
+    manager = checkpoint_manager(workdir, config.checkpoint)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxdllm import sharding as shd
+from jaxdllm.data import BatchConfig, JsonlConfig, build_char_tokenizer, load_gsm8k, make_mixture, read_jsonl
+from jaxdllm.data.records import Example
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.lora import add_lora, merge_lora
+from jaxdllm.models.transformer import Transformer
+from jaxdllm.tokenizer import Tokenizer, special_token_ids
+from jaxdllm.train.config import TrainConfig
+from jaxdllm.train.lora import LoraConfig
+
+_LORA_SEED_SALT = 0x1042A  # the adapters' init key: fold_in(key(seed), salt)
+
+
+def make_training_mesh(section) -> Mesh:
+    """The recipe's `(data, fsdp, tensor)` mesh; `data = -1` takes every remaining device."""
+    fixed = section.fsdp * section.tensor
+    data = section.data if section.data > 0 else jax.device_count() // fixed
+    return shd.make_mesh(data=data, fsdp=section.fsdp, tensor=section.tensor)
+
+
+def load_tokenizer(config: TrainConfig) -> Tokenizer:
+    """The checkpoint's own tokenizer for `init_from`, else the tiny models' character tokenizer."""
+    if config.model.init_from:
+        return Tokenizer.from_pretrained(config.model.init_from)
+    return build_char_tokenizer()
+
+
+def build_model_config(config: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
+    """`preset` + the tokenizer's vocabulary and special ids + overrides + compute dtype."""
+    if config.model.init_from:
+        raise ConfigError("build_model_config is for presets; init_from models carry their config")
+    overrides = dict(config.model.overrides)
+    overrides.setdefault("dtype", config.train.compute_dtype)
+    overrides.setdefault("param_dtype", "float32")
+    ids = special_token_ids(tokenizer)
+    return ModelConfig.preset(config.model.preset, vocab_size=tokenizer.vocab_size, **{**ids, **overrides})
+
+
+def init_model(config: TrainConfig, tokenizer: Tokenizer, mesh: Mesh) -> Transformer:
+    """A new model from the recipe's preset, or the `init_from` checkpoint (HF or orbax), on `mesh`."""
+    c = config
+    if c.model.init_from:
+        from jaxdllm.checkpoint import from_pretrained, load_state
+        src = Path(c.model.init_from)
+        overrides = dict(c.model.overrides)
+        if (src / "jaxdllm_config.json").is_file():
+            return load_state(src, mesh=mesh)
+        # float32 master weights: AdamW steps of lr ~1e-5 vanish in bf16 weights.
+        dtype = overrides.pop("param_dtype", "float32")
+        return from_pretrained(src, dtype=dtype, compute_dtype=c.train.compute_dtype, mesh=mesh, **overrides)
+    model = Transformer(build_model_config(c, tokenizer), rngs=nnx.Rngs(c.train.seed))
+    return shd.shard_model(model, mesh)
+
+
+def _pure(state: nnx.State) -> dict:
+    return nnx.to_pure_dict(state)
+
+
+def _filled(template: nnx.State, values: dict) -> nnx.State:
+    state = jax.tree.map(lambda x: x, template)
+    nnx.replace_by_pure_dict(state, values)
+    return state
+
+
+@dataclasses.dataclass
+class SplitModel:
+    """A model split for training: what the optimiser updates and what stays frozen.
+
+    Without LoRA every parameter is trainable and `frozen` is empty; with LoRA the trainable
+    part is the adapters (`nnx.LoRAParam`) and the base parameters are frozen. Both are pure
+    dicts of arrays, with their shardings (adapters follow their kernels' logical axes).
+    """
+
+    graphdef: Any
+    trainable_template: nnx.State
+    frozen_template: nnx.State
+    trainable: dict
+    frozen: dict
+    trainable_shardings: dict
+    frozen_shardings: dict
+    plain_graphdef: Any          # the model without adapters (export, `params_model`)
+    plain_template: nnx.State
+
+    def model(self, trainable: dict, frozen: dict) -> Transformer:
+        """The model over these parameters (usable inside `jit`), adapters applied in the forward."""
+        parts = [_filled(self.trainable_template, trainable)]
+        if frozen:
+            parts.append(_filled(self.frozen_template, frozen))
+        return nnx.merge(self.graphdef, *parts)
+
+    def params_model(self, params: dict) -> Transformer:
+        """A plain model (no adapters) over a full parameter dict."""
+        return nnx.merge(self.plain_graphdef, _filled(self.plain_template, params))
+
+    def merged_params(self, trainable: dict, frozen: dict) -> dict:
+        """The full parameters with any adapters folded into their kernels (what export writes)."""
+        model = self.model(trainable, frozen)
+        return _pure(nnx.state(merge_lora(model), nnx.Param))
+
+
+def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed: int = 0) -> SplitModel:
+    """Attach LoRA adapters when enabled, split the model and place both parts on `mesh`."""
+    abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+    plain_graphdef, plain_state = nnx.split(model)
+    plain_template = abstract(plain_state)
+    if lora.enabled:
+        add_lora(model, lora.rank, lora.alpha, lora.targets,
+                 key=jax.random.fold_in(jax.random.key(seed), _LORA_SEED_SALT))
+        graphdef, trainable, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
+    else:
+        graphdef, trainable = nnx.split(model)
+        frozen = nnx.State({})
+    shardings = lambda state: _pure(shd.state_shardings(state, mesh))
+    t_shard, f_shard = shardings(trainable), shardings(frozen)
+    return SplitModel(graphdef=graphdef, trainable_template=abstract(trainable), frozen_template=abstract(frozen),
+                      trainable=jax.device_put(_pure(trainable), t_shard), frozen=jax.device_put(_pure(frozen), f_shard),
+                      trainable_shardings=t_shard, frozen_shardings=f_shard, plain_graphdef=plain_graphdef,
+                      plain_template=plain_template)
+
+
+def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformation, Callable[[int], Any]]:
+    """`(tx, schedule)`: AdamW with warmup and a constant / cosine / linear schedule, after
+    global-norm clipping."""
+    decay_steps = max(total_steps - optim.warmup_steps, 1)
+    final = optim.lr * optim.final_lr_fraction
+    schedule = {"constant": optax.constant_schedule(optim.lr),
+                "cosine": optax.cosine_decay_schedule(optim.lr, decay_steps, alpha=optim.final_lr_fraction),
+                "linear": optax.linear_schedule(optim.lr, final, decay_steps)}[optim.schedule]
+    if optim.warmup_steps:
+        schedule = optax.join_schedules(
+            [optax.linear_schedule(0.0, optim.lr, optim.warmup_steps), schedule], [optim.warmup_steps])
+    chain = [optax.clip_by_global_norm(optim.clip)] if optim.clip else []
+    chain.append(optax.adamw(schedule, b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay))
+    return optax.chain(*chain), schedule
+
+
+def init_optimizer(tx: optax.GradientTransformation, trainable: dict, mesh: Mesh):
+    """`(opt_state, shardings)`: moments follow their parameters; scalars (step counts) are
+    replicated on the mesh."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+    init = jax.jit(tx.init)
+    shardings = jax.tree.map(lambda s: s if isinstance(s, NamedSharding) and s.mesh == mesh else replicated,
+                             init.lower(trainable).compile().output_shardings)
+    return jax.device_put(init(trainable), shardings), shardings
+
+
+def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool = False) -> list[Example]:
+    """The training examples a `[data]` section names; prompts wrapped in the tokenizer's chat
+    template when `chat_template`."""
+    if data.source == "tasks":
+        examples = make_mixture(data.tasks, data.examples_per_task, data.seed, split=data.split)
+    elif data.source == "gsm8k":
+        examples = load_gsm8k(split=data.split, path=data.path)
+    else:
+        examples = read_jsonl(data.path, JsonlConfig(on_error=data.on_error)).records
+    if chat_template:
+        examples = [dataclasses.replace(e, prompt=tokenizer.apply_chat_template(
+            [{"role": "user", "content": e.prompt}], add_generation_prompt=True)) for e in examples]
+    return examples
+
+
+def batch_config_for(config: TrainConfig) -> BatchConfig:
+    """The batching of a recipe; this process keeps its slice of every global batch."""
+    return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
+                       pack=config.data.pack, fill_with_eos=not config.data.pack,
+                       add_bos=not config.data.chat_template,  # the template carries its own BOS
+                       num_shards=jax.process_count(), shard_index=jax.process_index())
+
+
+def checkpoint_manager(workdir: Path | None, section) -> ocp.CheckpointManager | None:
+    """An orbax manager under `workdir/checkpoints` keeping `section.keep` steps (None: no workdir)."""
+    if workdir is None:
+        return None
+    return ocp.CheckpointManager(workdir / "checkpoints",
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=section.keep, create=True),
+                                 item_names=("state", "meta"))

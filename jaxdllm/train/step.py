@@ -1,0 +1,72 @@
+"""The compiled train step: one `jax.jit` with explicit in/out shardings on the mesh, gradient
+accumulation as a `lax.scan` over micro-batches, the objective called on the model's views."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxdllm.data import BATCH_KEYS
+from jaxdllm.train.objectives import Objective, Views
+from jaxdllm.train.setup import SplitModel
+
+
+def batch_sharding(mesh) -> NamedSharding:
+    """Rows over `(data, fsdp)`, tokens whole."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
+
+
+def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientTransformation, opt_shardings, mesh,
+                    *, grad_accum: int = 1, skip_nan: bool = False):
+    """`step(trainable, frozen, opt_state, batch, key) -> (trainable, opt_state, metrics)`, jitted.
+
+    `batch` is a dict of `[B, L]` arrays (`BATCH_KEYS`), split into `grad_accum` micro-batches;
+    gradients and metrics are averaged over them. With `skip_nan`, a step whose loss is not finite
+    leaves the state unchanged. `trainable` and `opt_state` are donated.
+    """
+    def loss_of(trainable, frozen, micro, key):
+        model = split.model(trainable, frozen)
+        student = lambda tokens, positions, mask: model(tokens, positions=positions, attention=mask)
+        teacher = None
+        if objective.needs_teacher:  # the same model, gradients stopped: distillation into itself
+            detached = split.model(jax.lax.stop_gradient(trainable), frozen)
+            teacher = lambda tokens, positions, mask: jax.lax.stop_gradient(
+                detached(tokens, positions=positions, attention=mask))
+        return objective(Views(student=student, teacher=teacher, config=model.config), micro, key)
+
+    grad_fn = jax.value_and_grad(loss_of, has_aux=True)
+
+    def step(trainable, frozen, opt_state, batch, key):
+        micro = jax.tree.map(lambda x: x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:]), batch)
+        keys = jax.random.split(key, grad_accum)
+
+        def body(acc, xs):
+            mb, k = xs
+            (_, metrics), grads = grad_fn(trainable, frozen, mb, k)
+            return jax.tree.map(jnp.add, acc, (grads, metrics)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, trainable)
+        metric_shapes = jax.eval_shape(lambda: grad_fn(trainable, frozen, jax.tree.map(lambda x: x[0], micro),
+                                                       keys[0])[0][1])
+        zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), metric_shapes)
+        (grads, metrics), _ = jax.lax.scan(body, (zeros, zero_metrics), (micro, keys))
+        grads = jax.tree.map(lambda g: g / grad_accum, grads)
+        metrics = jax.tree.map(lambda m: m / grad_accum, metrics)
+        updates, new_opt = tx.update(grads, opt_state, trainable)
+        new_trainable = optax.apply_updates(trainable, updates)
+        metrics["grad_norm"] = optax.tree_utils.tree_norm(grads)
+        if skip_nan:  # keep the old state where the loss is not finite
+            ok = jnp.isfinite(metrics["loss"])
+            new_trainable = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_trainable, trainable)
+            new_opt = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_opt, opt_state)
+        return new_trainable, new_opt, metrics
+
+    rows = batch_sharding(mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.jit(step,
+                   in_shardings=(split.trainable_shardings, split.frozen_shardings, opt_shardings,
+                                 {k: rows for k in BATCH_KEYS}, replicated),
+                   out_shardings=(split.trainable_shardings, opt_shardings, replicated),
+                   donate_argnums=(0, 2))
