@@ -25,6 +25,26 @@ def _parse_value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
+    """`--set` overrides: `KEY=VALUE` -> `{key: value}`, or with `sections` `SECTION.KEY=VALUE` ->
+    `{section: {key: value}}`. Values are read as int, float, true/false, else text."""
+    from jaxdllm.errors import ConfigError
+
+    out: dict = {}
+    form = "SECTION.KEY=VALUE" if sections else "KEY=VALUE"
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        section, dot, name = key.partition(".")
+        if not sep or not key or (sections and not (dot and section and name)):
+            raise ConfigError(f"--set expects {form}, got {item!r}")
+        if sections:
+            out.setdefault(section, {})[name] = _parse_value(value.strip())
+        else:
+            out[key] = _parse_value(value.strip())
+    return out
+
+
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "checkpoints" / "tasks-llada-small"
 SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"  # per-checkpoint sampler defaults (e.g. a short gen_length)
 
@@ -48,11 +68,7 @@ def _sampler_config(args, model_dir: Path | None = None):
     defaults_file = None if model_dir is None else model_dir / SAMPLER_DEFAULTS_FILE
     if defaults_file is not None and defaults_file.is_file():
         overrides.update(json.loads(defaults_file.read_text()))
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = _parse_value(value.strip())
+    overrides.update(parse_sets(args.set))
     for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
@@ -133,13 +149,8 @@ def _train(args) -> int:
     raw_config = TrainConfig.from_toml(args.recipe)
     if args.set:
         raw = raw_config.to_dict()
-        for item in args.set:
-            key, sep, value = item.partition("=")
-            section, dot, name = key.strip().partition(".")
-            if not sep or not dot:
-                from jaxdllm.errors import ConfigError
-                raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {item!r}")
-            raw.setdefault(section, {})[name] = _parse_value(value.strip())
+        for section, values in parse_sets(args.set, sections=True).items():
+            raw.setdefault(section, {}).update(values)
         raw_config = TrainConfig.from_dict(raw)
     trainer = Trainer(raw_config, workdir=args.workdir)
     if trainer.restore():

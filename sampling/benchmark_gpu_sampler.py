@@ -1,8 +1,8 @@
 """The compiled sampler on an 8B-shaped random LLaDA in bf16 on one GPU, against the
 memory-bandwidth floor of a forward (all weight bytes read once per step).
 
-    python sampling/benchmark_gpu_sampler.py                 # GPU: llada-8b shapes
-    python sampling/benchmark_gpu_sampler.py --size tiny     # CPU smoke run
+    python -m sampling.benchmark_gpu_sampler                 # GPU: llada-8b shapes
+    python -m sampling.benchmark_gpu_sampler --size tiny     # CPU smoke run
 
 Per row: compile seconds (first call), then the median of `--reps` timed generations:
 tokens/s, ms per loop step (one batched forward each), NFE, and ms per step over the floor

@@ -6,7 +6,7 @@
   (c) the PyTorch eager port of the published algorithm (`sampling/torch_port.py`) on a
       torch LLaDA loaded from the same checkpoint.
 
-    python sampling/benchmark_sampler.py [--out results/sampler_benchmark] [--quick]
+    python -m sampling.benchmark_sampler [--out results/sampler_benchmark] [--quick]
 
 Writes `<out>.json` and `<out>.png`. Tokens/s counts generated tokens (batch x gen_length)
 over the best of `--repeats` wall times after one warm-up call; `first_call_s` is that warm-up
@@ -28,10 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import jaxdllm  # noqa: E402
-from jaxdllm import ModelConfig, SamplerConfig, Transformer  # noqa: E402
+import jaxdllm
+from jaxdllm import ModelConfig, SamplerConfig, Transformer
 
 _LLADA = dict(attention="bidirectional", checkpoint_format="llada", model_type="llada", max_position=1024,
               num_layers=4, bos_token_id=None, eot_token_id=None)
@@ -88,7 +86,7 @@ def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: 
     """The eager port in its batched form (the published loops run a batch of equal-length prompts)."""
     import torch
 
-    from torch_port import generate_batch
+    from sampling.torch_port import generate_batch
 
     policy = {"llada": "low_confidence"}.get(config.policy.name, config.policy.name)
     with torch.inference_mode():
@@ -146,7 +144,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from torch_llada import TorchLLaDA
+    from sampling.torch_llada import TorchLLaDA
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     peak = args.peak = matmul_peak_flops()

@@ -9,9 +9,6 @@ Each row of a batch of different prompt lengths must match the reference run on 
 alone: tokens, NFE and the step at which each token was committed.
 """
 
-import sys
-from pathlib import Path
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -22,8 +19,7 @@ from forward import forward
 from llada_reference import llada_forward
 from sampler_fixtures import EOS_ID, MASK_ID, prompts, tiny_llada
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sampling"))
-from torch_port import generate as port_generate  # noqa: E402
+from sampling.torch_port import generate as port_generate
 
 EOT_ID = 125
 
@@ -128,7 +124,7 @@ DREAM_CASES = [("maskgit_plus", 16, 16), ("topk_margin", 16, 16), ("entropy", 16
 @pytest.mark.parametrize("alg,gen,steps", DREAM_CASES, ids=[f"{a}-G{g}-S{s}" for a, g, s in DREAM_CASES])
 def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
     """Dream's sampler (token-shifted logits, timestep schedule) on a shifted model."""
-    from torch_port import generate_dream
+    from sampling.torch_port import generate_dream
 
     path, torch_fn = setup
     model = jaxdllm.from_pretrained(path, shift_logits=True)

@@ -1,7 +1,7 @@
 """Attention benchmark: the tile-skipping Pallas kernel against `jax.nn.dot_product_attention`.
 
-    python -m jaxdllm.attention.benchmark                      # GPU: 2k-8k, head_dim 128
-    python -m jaxdllm.attention.benchmark --size tiny          # CPU smoke run (interpret mode)
+    python -m sampling.benchmark_attention                     # GPU: 2k-8k, head_dim 128
+    python -m sampling.benchmark_attention --size tiny         # CPU smoke run (interpret mode)
 
 For each mask (dense, causal, block diffusion `[x_t; x_0]`, Jacobi-Forcing), length and pass
 (forward, forward+backward) it times `pallas` (this package), `xla` and `cudnn`
