@@ -33,11 +33,12 @@ import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import CanvasView
 from jaxdllm.errors import ConfigError
+from jaxdllm.registry import Registry, Settings
 from jaxdllm.models.cache import KVCache
 
 
 @dataclasses.dataclass(frozen=True)
-class Cache:
+class Cache(Settings):
     """Base class: subclasses set `name`, declare settings as fields, and define the three calls.
 
     Class attributes:
@@ -50,10 +51,6 @@ class Cache:
     attentions: ClassVar[tuple[str, ...]] = ("bidirectional", "block_causal")
     supports_cfg: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
-
-    @classmethod
-    def settings(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
 
     def check(self, config) -> None:
         """Checks that need only the `SamplerConfig` (at construction)."""
@@ -241,23 +238,10 @@ class BlockCache(Cache):
         return jax.lax.cond(finished, write, lambda c: c, state.cache)
 
 
-CACHES: dict[str, type[Cache]] = {}
-
-
-def register_cache(cls: type[Cache]) -> type[Cache]:
-    """Make `cls` selectable as `SamplerConfig(cache=cls.name)`; returns `cls` (a decorator too)."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a class attribute `name`")
-    CACHES[cls.name] = cls
-    return cls
-
+CACHES: Registry[Cache] = Registry("cache")
+register_cache = CACHES.register  # makes `cls` selectable as SamplerConfig(cache=cls.name)
+cache_class = CACHES.lookup
 
 for _cls in (NoCache, PrefixCache, DualCache, BlockCache):
     register_cache(_cls)
-
-
-def cache_class(name: str) -> type[Cache]:
-    if name not in CACHES:
-        raise ConfigError(f"cache must be one of {tuple(CACHES)}, got {name!r}")
-    return CACHES[name]
 

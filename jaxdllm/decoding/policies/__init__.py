@@ -1,5 +1,5 @@
 """Decoding policies by name. A new policy is one module with a `Policy` subclass plus one line
-in `_BUILTIN` (or a `register_policy` call from user code); the loop names none of them.
+in the registration loop below (or a `register_policy` call from user code); the loop names none of them.
 
 | name | paper | rule |
 |---|---|---|
@@ -28,28 +28,14 @@ from jaxdllm.decoding.policies.llada import Llada
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
 from jaxdllm.decoding.policies.threshold import Threshold
-from jaxdllm.errors import ConfigError
+from jaxdllm.registry import Registry
 
-POLICIES: dict[str, type[Policy]] = {}
+POLICIES: Registry[Policy] = Registry("policy")
+register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(policy=cls.name)
+policy_class = POLICIES.lookup
 
-
-def register_policy(cls: type[Policy]) -> type[Policy]:
-    """Make `cls` selectable as `SamplerConfig(policy=cls.name)`; returns `cls` (a decorator too)."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a class attribute `name`")
-    POLICIES[cls.name] = cls
-    return cls
-
-
-_BUILTIN = (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi)
-for _cls in _BUILTIN:
+for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi):
     register_policy(_cls)
-
-
-def policy_class(name: str) -> type[Policy]:
-    if name not in POLICIES:
-        raise ConfigError(f"policy must be one of {tuple(POLICIES)}, got {name!r}")
-    return POLICIES[name]
 
 
 __all__ = ["Commit", "ConfidencePolicy", "Credit", "Dream", "Entropy", "Factor", "Jacobi", "Learn2PD",

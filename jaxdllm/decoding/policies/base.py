@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.errors import ConfigError
+from jaxdllm.registry import Settings
 
 
 class StepContext(NamedTuple):
@@ -81,7 +82,7 @@ class Commit(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Policy:
+class Policy(Settings):
     """Base class: subclasses set `name`, declare their settings as fields, and define `commit`."""
 
     name: ClassVar[str] = ""
@@ -89,11 +90,6 @@ class Policy:
     scheduled: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
     needs_learned_filter: ClassVar[bool] = False
-
-    @classmethod
-    def settings(cls) -> tuple[str, ...]:
-        """The names of this policy's settings."""
-        return tuple(f.name for f in dataclasses.fields(cls))
 
     def check(self, config) -> None:
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""

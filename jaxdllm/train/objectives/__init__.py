@@ -1,44 +1,30 @@
 """Training objectives by name: `objective(views, batch, key) -> (loss, metrics)` (see `base.py`).
 
-A new objective is one module defining an `Objective` subclass plus one line in `_BUILTIN`
-(or a `register_objective` call from user code); the trainer names none of them.
+A new objective is one module defining an `Objective` subclass plus one line in the registration
+loop below (or a `register_objective` call from user code); the trainer names none of them.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.registry import Registry
 from jaxdllm.train.objectives.base import Objective, Views, aligned_logits, has_predictor, token_ce
 from jaxdllm.train.objectives.block_diffusion import BlockDiffusion
 from jaxdllm.train.objectives.causal_lm import CausalLM
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 
-OBJECTIVES: dict[str, type[Objective]] = {}
-
-
-def register_objective(cls: type[Objective]) -> type[Objective]:
-    """Make `cls` selectable as `[objective] kind = cls.name`; returns `cls` (usable as a decorator)."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a class attribute `name`")
-    OBJECTIVES[cls.name] = cls
-    return cls
-
+OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
+register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective] kind = cls.name
+objective_class = OBJECTIVES.lookup
 
 for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM):
     register_objective(_cls)
 
 
-def objective_class(kind: str) -> type[Objective]:
-    if kind not in OBJECTIVES:
-        raise ConfigError(f"[objective] kind must be one of {tuple(OBJECTIVES)}, got {kind!r}")
-    return OBJECTIVES[kind]
-
-
 def settings_of(kind: str) -> tuple[str, ...]:
     """The `[objective]` keys (besides `kind`) objective `kind` takes."""
-    return tuple(f.name for f in dataclasses.fields(objective_class(kind)))
+    return objective_class(kind).settings()
 
 
 def make_objective(kind: str, settings: dict | None = None, model_config: ModelConfig | None = None) -> Objective:

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.registry import Settings
 
 Apply = Callable[[jax.Array, jax.Array, MaskSpec], jax.Array]
 
@@ -49,7 +50,7 @@ class Views:
 
 
 @dataclasses.dataclass(frozen=True)
-class Objective:
+class Objective(Settings):
     """Base class; subclasses set `name`, their settings as fields, and `__call__`.
 
     Class attributes:

@@ -1,0 +1,41 @@
+"""Name -> class tables for the pieces users extend (decoding policies and caches, training
+objectives): a new piece is one class with a `name` plus one `register` call."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Generic, TypeVar
+
+from jaxdllm.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class Registry(dict, Generic[T]):
+    """A dict from `cls.name` to `cls`. `what` names the setting in errors (e.g. "policy")."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Add `cls` under `cls.name`; returns `cls` (usable as a decorator)."""
+        if not getattr(cls, "name", ""):
+            raise ValueError(f"{cls.__name__} needs a class attribute `name`")
+        self[cls.name] = cls
+        return cls
+
+    def lookup(self, name: str) -> type[T]:
+        """The class registered as `name`; an unknown name is a `ConfigError` listing the known ones."""
+        if name not in self:
+            raise ConfigError(f"{self.what} must be one of {tuple(self)}, got {name!r}")
+        return self[name]
+
+
+class Settings:
+    """Mixin for the frozen dataclasses whose fields are user settings."""
+
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        """The names of this class's settings (its dataclass fields)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
