@@ -24,6 +24,7 @@ from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise
 from jaxdllm.decoding.methods import method_of
+from jaxdllm.decoding.policies import POLICIES
 from jaxdllm.errors import ConfigError
 
 
@@ -57,9 +58,9 @@ def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=N
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
     if (learned_filter is not None) != config.policy.needs_learned_filter:
-        needing = "policy='learn2pd'" if not config.policy.needs_learned_filter else f"policy={config.policy.name!r}"
-        raise ConfigError(f"{needing} needs learned_filter=<module>, and only policies that read a learned "
-                          "filter take one")
+        readers = [name for name, cls in POLICIES.items() if cls.needs_learned_filter]
+        raise ConfigError(f"policy {', '.join(map(repr, readers))} needs learned_filter=<module>, and only it "
+                          f"takes one (policy here: {config.policy.name!r})")
 
 
 def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_multiple: int = 1,

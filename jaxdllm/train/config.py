@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, require_positive_int
 from jaxdllm.train.objectives import make_objective, objective_class
 from jaxdllm.train.lora import LoraConfig
 
@@ -66,7 +66,8 @@ class DataSection:
                f"[data] source must be 'tasks', 'jsonl' or 'gsm8k', got {self.source!r}")
         _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        _check(self.examples_per_task > 0, "[data] examples_per_task must be positive")
+        for name in ("examples_per_task", "seq_len", "batch_size"):
+            require_positive_int(getattr(self, name), f"[data] {name}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +102,7 @@ class OptimSection:
         _check(self.schedule in ("constant", "cosine", "linear"),
                f"[optim] schedule must be constant, cosine or linear, got {self.schedule!r}")
         _check(self.warmup_steps >= 0, "[optim] warmup_steps must be >= 0")
-        _check(self.grad_accum >= 1, f"[optim] grad_accum must be >= 1, got {self.grad_accum}")
+        require_positive_int(self.grad_accum, "[optim] grad_accum")
         _check(self.clip is None or self.clip > 0, "[optim] clip must be positive (or omitted)")
 
 
@@ -113,7 +114,7 @@ class TrainSection:
     on_nan: str = "stop"               # "stop": raise with the step number
 
     def __post_init__(self):
-        _check(self.steps > 0, f"[train] steps must be positive, got {self.steps}")
+        require_positive_int(self.steps, "[train] steps")
         _check(self.compute_dtype in ("float32", "bfloat16"),
                f"[train] compute_dtype must be float32 or bfloat16, got {self.compute_dtype!r}")
         _check(self.on_nan in ("stop", "skip"), f"[train] on_nan must be 'stop' or 'skip', got {self.on_nan!r}")
@@ -126,7 +127,8 @@ class CheckpointSection:
     keep: int = 2
 
     def __post_init__(self):
-        _check(self.every > 0 and self.keep > 0, "[checkpoint] every and keep must be positive")
+        require_positive_int(self.every, "[checkpoint] every")
+        require_positive_int(self.keep, "[checkpoint] keep")
 
 
 @dataclasses.dataclass(frozen=True)
