@@ -2,9 +2,9 @@
 
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.checkpoint import from_pretrained, load_state, save_pretrained, save_state
+from jaxdllm.decoding import GenerateResult, Sampler, SamplerConfig, generate, generate_stepwise
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import KVCache, ModelConfig, Transformer, align_logits
-from jaxdllm.decoding import GenerateResult, Sampler, SamplerConfig, generate, generate_stepwise
 from jaxdllm.tokenizer import Tokenizer
 
 __version__ = "0.1.0"

@@ -12,7 +12,6 @@ from pathlib import Path
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import LLADA_SPECIAL_IDS, LLADA_VOCAB_SIZE, ModelConfig, RopeScaling
 
-
 SUPPORTED_MODEL_TYPES = ("llada", "qwen2", "dream", "llama")
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}

@@ -24,8 +24,8 @@ from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
-from jaxdllm.errors import CheckpointError
 from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
+from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
 

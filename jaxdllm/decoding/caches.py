@@ -33,8 +33,8 @@ import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import CanvasView
 from jaxdllm.errors import ConfigError
-from jaxdllm.registry import Registry, Settings
 from jaxdllm.models.cache import KVCache
+from jaxdllm.registry import Registry, Settings
 
 
 @dataclasses.dataclass(frozen=True)

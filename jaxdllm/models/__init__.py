@@ -1,7 +1,7 @@
 """Model definitions: config + presets, the NNX transformer, the K/V cache."""
 
-from jaxdllm.models.cache import KVCache
 from jaxdllm.errors import ConfigError
+from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import PRESETS, ModelConfig, RopeScaling
 from jaxdllm.models.transformer import Transformer, align_logits
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxdllm.errors import ConfigError, require_positive_int
-from jaxdllm.train.objectives import make_objective, objective_class
 from jaxdllm.train.lora import LoraConfig
+from jaxdllm.train.objectives import make_objective, objective_class
 
 
 def _check(cond: bool, message: str) -> None:

@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from jaxdllm.data import get_task, make_split
-from jaxdllm.models.transformer import Transformer
 from jaxdllm.decoding import SamplerConfig, generate
+from jaxdllm.models.transformer import Transformer
 from jaxdllm.tokenizer import Tokenizer, decode_response
 
 

@@ -16,8 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, in_unit_interval, rank_among,
-                                            scheduled_count)
+from jaxdllm.decoding.policies.base import Commit, ConfidencePolicy, in_unit_interval, rank_among, scheduled_count
 
 
 class Learn2PDFilter(nnx.Module):

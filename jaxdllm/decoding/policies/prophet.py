@@ -10,7 +10,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.policies.base import Commit
 from jaxdllm.decoding.policies.llada import Llada
 from jaxdllm.errors import ConfigError
 
