@@ -91,3 +91,37 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
         SamplerConfig(policy="jacobi", temperature=0.5)
     with pytest.raises(ConfigError, match="own exact KV cache"):
         SamplerConfig(policy="jacobi", cache="dual")
+
+
+def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):
+    """A window can reach its fixed point beyond an EOS. With the greedy answer itself as the first
+    draft, one step accepts the whole window, EOS and the tokens after it; with `stop_at_eos` nothing
+    after the first EOS may keep another token, and the row ends after that one forward."""
+    import dataclasses
+
+    from jaxdllm.decoding.policies import Jacobi
+
+    @dataclasses.dataclass(frozen=True)
+    class OracleDraft(Jacobi):  # the first draft is given (a tuple of rows: hashable, static)
+        draft: tuple = ()
+        name = "test_oracle_draft"
+
+        def initial_draft(self, prompt, seg, length, key):
+            return jax.numpy.asarray(self.draft, jax.numpy.int32)
+
+    hf, path = saved
+    gen = 12
+    ids, mask, _ = prompts([3, 6], seed=7, vocab=hf.config.vocab_size)
+    plain = hf_greedy(hf, ids, mask, gen)
+    # EOS: a token that first appears in a row with other tokens after it (which must not survive)
+    row, eos = next((r, int(t)) for r in range(len(plain)) for i, t in enumerate(plain[r])
+                    if t not in plain[r, :i] and (plain[r, i + 1:] != t).any())
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
+    policy = OracleDraft(draft=tuple(map(tuple, plain.tolist())))
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, block_length=gen,
+                                                     prompt_bucket=8, stop_at_eos=True), attention_mask=mask)
+    got = out.tokens[row, ids.shape[1]:]
+    end = int(np.argmax(plain[row] == eos)) + 1
+    np.testing.assert_array_equal(got[:end], plain[row, :end])
+    assert (got[end:] == eos).all(), got
+    assert out.nfe[row] == 1

@@ -82,6 +82,10 @@ class JacobiDecoding:
                           state.policy_state, lay.eos_eot, lay.eos_id, learned_filter,
                           draft=slice_window(canvas, first, n), undecided=state.undecided[:, lay.prompt_len:])
         decision = config.policy.commit(logits, candidates, ctx)
+        if config.stop_at_eos:  # a window can reach its fixed point past an EOS: nothing after it counts
+            eos = decision.commit & (decision.tokens == lay.eos_id)
+            cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), n)
+            decision = decision._replace(commit=decision.commit & (jnp.arange(n)[None] <= cut[:, None]))
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
                               first, decision.commit, decision.tokens, nfe, draft=decision.draft)
         if config.stop_at_eos:
