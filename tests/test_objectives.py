@@ -149,3 +149,60 @@ def test_objective_settings_are_checked_by_name():
         make_objective("mdm", {})
     with pytest.raises(ConfigError, match="needs the model's mask_token_id"):
         make_objective("mdm_sft", {}, ModelConfig.preset("tiny-qwen2"))
+
+
+@pytest.mark.parametrize("kind", ["mdm_pretrain", "mdm_sft"])
+def test_every_token_with_a_predictor_can_be_masked(kind):
+    """With the masking probability at ~1 the drawn mask is exactly the eligible set, written out
+    here: real tokens (SFT: answer tokens); for a shifted model, not the first token of an example."""
+    b = batch(pack=True, rows=8)
+    seg = b["segment_ids"]
+    for preset in ("tiny-llada", "tiny-dream"):
+        config = ModelConfig.preset(preset)
+        objective = make_objective(kind, {"eps": 1 - 1e-7}, config)
+        masked = np.asarray(objective.noise(b, jax.random.PRNGKey(0), config)[0])
+        eligible = (seg > 0) & (b["target_mask"] if kind == "mdm_sft" else True)
+        if config.shift_logits:
+            eligible[:, 0] = False
+            eligible[:, 1:] &= seg[:, 1:] == seg[:, :-1]
+        np.testing.assert_array_equal(masked, eligible)
+
+
+def test_teacher_view_is_the_student_without_gradient():
+    """An objective asking for a teacher gets the same model with gradients stopped: for
+    loss = mean(student * teacher) one SGD step moves the parameters by mean(stop(f) * df), not by
+    the gradient of mean(f ** 2), computed here directly on the model."""
+    import dataclasses
+
+    import optax
+
+    from jaxdllm.sharding import make_mesh
+    from jaxdllm.train import Objective, make_train_step, split_for_training
+    from jaxdllm.train.lora import LoraConfig
+
+    @dataclasses.dataclass(frozen=True)
+    class Agreement(Objective):
+        name = "test_agreement"
+        needs_teacher = True
+
+        def __call__(self, views, batch, key):
+            spec = MaskSpec(kind="causal")
+            s = views.student(batch["tokens"], batch["positions"], spec)
+            t = views.teacher(batch["tokens"], batch["positions"], spec)
+            loss = (s * t).mean()
+            return loss, {"loss": loss}
+
+    model = tiny("tiny-qwen2")
+    b = batch(pack=True)
+    ids, pos = jax.numpy.asarray(b["tokens"]), jax.numpy.asarray(b["positions"])
+    graphdef, state = nnx.split(model)
+    f = lambda st: nnx.merge(graphdef, st)(ids, pos, MaskSpec(kind="causal"))
+    want = jax.grad(lambda st: (f(st) * jax.lax.stop_gradient(f(st))).mean())(state)
+    mesh = make_mesh(devices=jax.devices()[:1])
+    split = split_for_training(model, LoraConfig(), mesh)
+    tx = optax.sgd(1.0)
+    step = make_train_step(split, Agreement(), tx, jax.tree.map(lambda x: x.sharding, tx.init(split.trainable)), mesh)
+    before = jax.tree.map(np.asarray, split.trainable)
+    after, _, _ = step(split.trainable, split.frozen, tx.init(split.trainable), b, jax.random.PRNGKey(0))
+    moved = np.asarray(before["layers"][0]["mlp"]["up"]["kernel"]) - np.asarray(after["layers"][0]["mlp"]["up"]["kernel"])
+    np.testing.assert_allclose(moved, np.asarray(want["layers"][0]["mlp"]["up"]["kernel"][...]), rtol=1e-4, atol=1e-7)

@@ -15,6 +15,7 @@ from jaxdllm.models.config import ConfigError
 from jaxdllm.sharding import make_mesh
 from jaxdllm.train import TrainConfig, Trainer, TrainingError
 from jaxdllm.train import lora as lora_lib
+from jaxdllm.train import setup
 
 MODEL = {"preset": "tiny-llada", "embed_dim": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
          "head_dim": 16, "mlp_dim": 64, "max_position": 64, "attention_impl": "xla"}
@@ -96,6 +97,18 @@ def test_lora_counts_trains_only_adapters_and_merged_export_matches(tmp_path):
     ids = jnp.asarray(np.random.default_rng(1).integers(5, 100, (2, 12)), jnp.int32)
     want = trainer.model_from(trainer.params())(ids)
     np.testing.assert_allclose(np.asarray(reloaded(ids)), np.asarray(want), atol=1e-5)
+    # training applies the adapters in the forward: the same function as the merged weights
+    np.testing.assert_allclose(np.asarray(trainer.model()(ids)), np.asarray(want), atol=1e-5)
+
+    # the adapters and their optimizer state resume from an orbax checkpoint
+    trainer.workdir, trainer.manager = tmp_path / "run", setup.checkpoint_manager(tmp_path / "run", config.checkpoint)
+    trainer.save()
+    trainer.manager.wait_until_finished()
+    resumed = Trainer(config, workdir=tmp_path / "run", mesh=one_device())
+    assert resumed.restore() and resumed.step == trainer.step
+    for x, y in zip(jax.tree.leaves((trainer.trainable, trainer.opt_state)),
+                    jax.tree.leaves((resumed.trainable, resumed.opt_state))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_nan_loss_stops_with_the_step_number():

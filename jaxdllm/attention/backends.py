@@ -57,8 +57,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
            impl: str = "auto", scale: float | None = None, **options) -> jax.Array:
     """Attention of `q [B, Lq, H, D]` over `k, v [B, Lk, Hkv, D]` under `mask`; `[B, Lq, H, D]`.
 
-    Rows with no visible key return zeros on every implementation. `options` go to the chosen
-    backend only when it takes them (`block_sizes` tunes `pallas`; the dense paths ignore it).
+    Rows with no visible key return zeros on every implementation. `options` are passed to the
+    chosen backend (`block_sizes` tunes `pallas`; the dense paths ignore it), so a registered
+    backend should accept `**options`.
     """
     if q.shape[2] % k.shape[2]:
         raise ValueError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")

@@ -113,8 +113,10 @@ def _layer_placement(placement):
 
 
 # Write one layer into a stacked parameter in place (the old buffer is donated).
+# The index is traced: one compile per parameter shape, not per layer.
 _set_layer = jax.jit(lambda stacked, x, i: jax.lax.dynamic_update_index_in_dim(stacked, x, i, 0),
-                     donate_argnums=0, static_argnums=2)
+                     donate_argnums=0)
+_get_layer = jax.jit(lambda stacked, i: jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False))
 
 
 def _place(host: np.ndarray, placement) -> jax.Array:
@@ -186,7 +188,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
             else:
                 if path not in stacked:
                     stacked[path] = jax.jit(lambda: jnp.zeros(shape, target), out_shardings=placement)()
-                stacked[path] = _set_layer(stacked[path], _place(host, _layer_placement(placement)), layer)
+                stacked[path] = _set_layer(stacked[path], _place(host, _layer_placement(placement)), np.int32(layer))
             del host
         del handle
     for path, value in stacked.items():
@@ -260,7 +262,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
         for t in shard:
             path, layer = param_location(t, config)
             value = params[path].get_value()
-            tensors[t.name] = t.to_hf(_to_host(value if layer is None else value[layer]).astype(np_dtype))
+            tensors[t.name] = t.to_hf(_to_host(value if layer is None else _get_layer(value, np.int32(layer))).astype(np_dtype))
             weight_map[t.name] = fname
             total += tensors[t.name].nbytes
         if writer:

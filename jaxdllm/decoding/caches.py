@@ -64,12 +64,15 @@ class Cache(Settings):
                               f"(it serves {', '.join(self.attentions)})")
 
     def init(self, model, canvas, view, lay, config):
+        """The cache state for `canvas [B, T]` (MASK answer) with `view` (seg, positions `[B, T]`)."""
         return None
 
     def forward(self, model, state, view, lay, config, span: str):
+        """`(logits [B, block_length or G, V] f32, cache state, passes)` for `state.block`."""
         raise NotImplementedError
 
     def after_commit(self, model, state, view, lay, config, block_full):
+        """The cache state after a step's commits (`state.block` already advanced if `block_full`)."""
         return state.cache
 
 

@@ -42,8 +42,13 @@ def _route(settings: dict, owner, kind: str) -> tuple[Any, dict]:
     return (dataclasses.replace(owner, **mine) if mine else owner), settings
 
 
-def _owners_of(setting: str) -> list[str]:
-    return [name for name, cls in policies_lib.POLICIES.items() if setting in cls.settings()]
+def _owners_of(setting: str) -> tuple[str, list[str]]:
+    """`("policy" | "cache", names)` of the registered pieces that take `setting` (names may be empty)."""
+    policies = [name for name, cls in policies_lib.POLICIES.items() if setting in cls.settings()]
+    if policies:
+        return "policy", policies
+    bare = setting[len(_CACHE_PREFIX):] if setting.startswith(_CACHE_PREFIX) else setting
+    return "cache", [name for name, cls in caches_lib.CACHES.items() if bare in cls.settings()]
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -155,10 +160,11 @@ class SamplerConfig:
 def _unused_message(settings: dict, policy, cache) -> str:
     parts = []
     for key in sorted(settings):
-        owners = _owners_of(key)
+        kind, owners = _owners_of(key)
         if owners:
-            parts.append(f"{key!r} is a setting of policy {' / '.join(repr(o) for o in owners)}, not of "
-                         f"{policy.name!r}: choose that policy (policy=...) or drop the setting")
+            chosen = policy if kind == "policy" else cache
+            parts.append(f"{key!r} is a setting of {kind} {' / '.join(repr(o) for o in owners)}, not of "
+                         f"{chosen.name!r}: choose that {kind} ({kind}=...) or drop the setting")
         else:
             parts.append(f"unknown sampler setting {key!r}")
     options = sorted(set(_LOOP_DEFAULTS) | set(type(policy).settings()) | set(type(cache).settings()))

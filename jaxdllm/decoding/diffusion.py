@@ -52,6 +52,7 @@ class Diffusion:
         return config.gen_length + config.num_blocks
 
     def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+        """The carry for `prompt [B, Lp]` followed by G MASK; rows with `valid [B]` False start done."""
         b, G = prompt.shape[0], config.gen_length
         canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
@@ -61,6 +62,7 @@ class Diffusion:
             max_trajectory=config.max_trajectory)
 
     def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+        """One forward of the current block, the policy's commit, and the bookkeeping."""
         policy, bl = config.policy, config.block_length
         start = lay.prompt_len + state.block * bl
         span = "answer" if policy.answer_logits else "block"
@@ -88,6 +90,7 @@ class Diffusion:
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
 
+        state = state.replace(done=state.done | ~state.undecided.any(1))  # e.g. an end-of-text cut decided it all
         block_full = ~(slice_window(state.undecided, start, bl) & ~state.done[:, None]).any()
         block = state.block + block_full.astype(jnp.int32)
         state = state.replace(done=state.done | (block >= config.num_blocks), block=block,

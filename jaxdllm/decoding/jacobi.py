@@ -49,6 +49,8 @@ class JacobiDecoding:
                                                              positions)
 
     def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+        """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
+        prefilled; rows with `valid [B]` False start done."""
         b, n = prompt.shape[0], config.block_length
         draft = config.policy.initial_draft(prompt, view.seg[:, :lay.prompt_len], config.gen_length, key)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
@@ -61,6 +63,7 @@ class JacobiDecoding:
                                  max_trajectory=config.max_trajectory)
 
     def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+        """One forward of every row's window `[B, block_length]`, acceptance, and the bookkeeping."""
         n, T = config.block_length, lay.total
         first = jnp.where(state.undecided.any(1), jnp.argmax(state.undecided, axis=1), T - 1)  # [B]
         start = first - 1  # the last decided token: its logit predicts the first undecided one

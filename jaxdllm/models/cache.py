@@ -51,6 +51,7 @@ class KVCache:
 
     @property
     def stacked(self) -> bool:
+        """Whether K/V are one `[num_layers, B, S, Hkv, Dh]` array each (scanned models)."""
         return not isinstance(self.k, tuple)
 
     def batch_axes(self) -> "KVCache":

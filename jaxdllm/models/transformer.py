@@ -44,6 +44,7 @@ class Transformer(nnx.Module):
         blocks = [Block(config, rngs=rngs) for _ in range(config.num_layers)]  # same draws either way
         self.layers = stack_layers(blocks) if config.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
+        self.remat = config.remat  # a call-time override: decoding never differentiates, so it sets "none"
         self.lm_head = (None if config.tie_embeddings else
                         nnx.Param(_init(rngs.params(), (config.embed_dim, config.vocab_size), pd),
                                   logical_axes=("embed", "vocab")))
@@ -108,9 +109,9 @@ class Transformer(nnx.Module):
             x, slot = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
             return shd.constrain(x, ("batch", "length", "embed")), slot
 
-        if self.config.remat == "none":
+        if self.remat == "none":
             return run
-        return jax.checkpoint(run, policy=_REMAT[self.config.remat], prevent_cse=not self.config.scan_layers)
+        return jax.checkpoint(run, policy=_REMAT[self.remat], prevent_cse=not self.config.scan_layers)
 
     def _unrolled_layers(self, x, positions, mask, inv_freq, kv):
         new_k, new_v = [], []
@@ -133,8 +134,8 @@ class Transformer(nnx.Module):
 
             return jax.lax.scan(body, x, params)[0], None
 
-        # The cache rides in the carry and each layer updates its own slot in place (a stacked
-        # output would allocate a second cache every call).
+        # The cache rides in the carry and each layer writes its slot back with a dynamic update
+        # slice of the carried buffer (a stacked scan output would allocate a second cache per call).
         def body_cached(carry, xs):
             x, k, v = carry
             i, layer_params = xs

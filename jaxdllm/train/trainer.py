@@ -151,7 +151,8 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
     def _meta(self) -> dict:
         return {"step": self.step, "data_state": self.batches.get_state(),
-                "model_config": self.model_config.to_dict(), "lora": self.config.lora.rank}
+                "model_config": self.model_config.to_dict(), "lora": self.config.lora.rank,
+                "lora_targets": sorted(self.config.lora.targets) if self.config.lora.enabled else []}
 
     def save(self) -> None:
         """Checkpoint trainable params, optimizer state, step and data position (orbax)."""
@@ -183,9 +184,15 @@ class Trainer:
         defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}  # fields older checkpoints lack
         saved = {k: saved.get(k, defaults.get(k)) for k in _SAME_MODEL_FIELDS}
         diff = {k: (saved[k], ours.get(k)) for k in _SAME_MODEL_FIELDS if saved[k] != ours.get(k)}
-        if diff or meta.get("lora") != self.config.lora.rank:
-            if meta.get("lora") != self.config.lora.rank:
-                diff["lora.rank"] = (meta.get("lora"), self.config.lora.rank)
+        if meta.get("lora") != self.config.lora.rank:
+            diff["lora.rank"] = (meta.get("lora"), self.config.lora.rank)
+        if self.config.lora.enabled and not diff and meta.get("lora_targets") is None:  # the old flat layout
+            raise TrainingError(f"checkpoints in {self.workdir} hold LoRA adapters in the layout of an older "
+                                "jaxdllm and cannot be resumed; use a new [checkpoint] dir")
+        targets = sorted(self.config.lora.targets) if self.config.lora.enabled else []
+        if self.config.lora.enabled and meta.get("lora_targets", targets) != targets:
+            diff["lora.targets"] = (meta["lora_targets"], targets)
+        if diff:
             detail = ", ".join(f"{k}: checkpoint {a} vs recipe {b}" for k, (a, b) in diff.items())
             raise TrainingError(f"checkpoints in {self.workdir} were written for another model ({detail}); "
                                 f"use a new [checkpoint] dir or the matching recipe")

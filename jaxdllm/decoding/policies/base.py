@@ -41,7 +41,7 @@ class StepContext(NamedTuple):
       eos_id: the model's EOS id (or None).
       learned_filter: the module passed to `generate` (policies with `needs_learned_filter`).
       answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
-      draft: `[B, L]` tokens the undecided positions hold now (the Jacobi draft; MASK in diffusion).
+      draft: `[B, L]` tokens the window's positions hold now (the Jacobi draft), or None (diffusion).
       undecided: `[B, G]` the whole answer's undecided positions before this step.
     """
 

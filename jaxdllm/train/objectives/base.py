@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.transformer import align_logits
 from jaxdllm.registry import Settings
 
 Apply = Callable[[jax.Array, jax.Array, MaskSpec], jax.Array]
@@ -90,12 +91,7 @@ def padding_mask(batch: dict, kind: str, block_size: int | None = None) -> MaskS
     return MaskSpec(kind=kind, block_size=block_size, q_segment_ids=seg, kv_segment_ids=seg)
 
 
-def aligned_logits(logits: jax.Array, config: ModelConfig) -> jax.Array:
-    """`[B, L, V]` logits whose entry i predicts token i (entry 0 of a shifted model predicts
-    nothing; `has_predictor` excludes it)."""
-    if not config.shift_logits:
-        return logits
-    return jnp.concatenate([logits[:, :1], logits[:, :-1]], axis=1)
+aligned_logits = align_logits  # entry i predicts token i; entry 0 of a shifted model predicts nothing
 
 
 def has_predictor(segment_ids: jax.Array, config: ModelConfig) -> jax.Array:
