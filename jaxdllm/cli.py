@@ -1,6 +1,7 @@
 """The `jaxdllm` command line.
 
   jaxdllm generate [--model DIR] --prompt TEXT [--preset NAME] [overrides]
+  jaxdllm eval [--model DIR] [--tasks copy,add] [--preset NAME]   accuracy and NFE on held-out task prompts
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
@@ -11,12 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from jaxdllm.models.config import DTYPES
 
 
 def _parse_value(text: str):
+    if "," in text:  # a list: data.tasks=copy,reverse
+        return [_parse_value(part.strip()) for part in text.split(",") if part.strip()]
     for cast in (int, float):
         try:
             return cast(text)
@@ -27,7 +31,8 @@ def _parse_value(text: str):
 
 def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
     """`--set` overrides: `KEY=VALUE` -> `{key: value}`, or with `sections` `SECTION.KEY=VALUE` ->
-    `{section: {key: value}}`. Values are read as int, float, true/false, else text."""
+    `{section: {key: value}}`. Values are read as int, float, true/false, else text; a value
+    with commas is a list of such values."""
     from jaxdllm.errors import ConfigError
 
     out: dict = {}
@@ -46,7 +51,6 @@ def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
 
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "checkpoints" / "tasks-llada-small"
-SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"  # per-checkpoint sampler defaults (e.g. a short gen_length)
 
 
 def _model_dir(args) -> Path:
@@ -60,14 +64,28 @@ def _model_dir(args) -> Path:
     return DEFAULT_MODEL
 
 
+def _model_sampler_defaults(model_dir: Path) -> dict:
+    """The checkpoint's own sampler defaults (`jaxdllm_sampler.json`), or {}."""
+    from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
+    from jaxdllm.errors import CheckpointError
+
+    path = model_dir / SAMPLER_DEFAULTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object of sampler settings")
+    return values
+
+
 def _sampler_config(args, model_dir: Path | None = None):
     from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
 
-    overrides = {}
-    defaults_file = None if model_dir is None else model_dir / SAMPLER_DEFAULTS_FILE
-    if defaults_file is not None and defaults_file.is_file():
-        overrides.update(json.loads(defaults_file.read_text()))
+    overrides = _model_sampler_defaults(model_dir) if model_dir is not None else {}
     overrides.update(parse_sets(args.set))
     for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
         if getattr(args, name) is not None:
@@ -86,8 +104,12 @@ def _generate(args) -> int:
 
     from jaxdllm.checkpoint.hf_io import from_pretrained
     from jaxdllm.decoding import generate
-    from jaxdllm.tokenizer import Tokenizer
+    from jaxdllm.tokenizer import Tokenizer, answer_length
 
+    from jaxdllm.errors import ConfigError
+
+    if not args.prompt.strip():
+        raise ConfigError("--prompt is empty: give the text to continue")
     model_dir = _model_dir(args)
     config = _sampler_config(args, model_dir)  # bad options fail before any loading
     model = from_pretrained(model_dir)
@@ -101,18 +123,58 @@ def _generate(args) -> int:
     tokens = np.asarray(out.tokens[0, len(ids):])
     seconds = time.perf_counter() - t0
     print(tok.decode(tokens.tolist(), skip_special_tokens=True))
-    print(f"[nfe {int(out.nfe[0])} | {len(tokens)} tokens | {len(tokens) / int(out.nfe[0]):.2f} tokens/forward "
+    nfe = int(out.nfe[0])
+    answer = answer_length(tokens, model.config.eos_token_id)
+    print(f"[nfe {nfe} | {answer} answer tokens of {len(tokens)} | {answer / nfe:.2f} answer tokens/forward "
           f"| {seconds:.2f}s incl. compile]", file=sys.stderr)
+    return 0
+
+
+def _eval(args) -> int:
+    from jaxdllm.checkpoint import from_pretrained
+    from jaxdllm.data import get_task
+    from jaxdllm.decoding import SamplerConfig
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.tokenizer import Tokenizer
+    from jaxdllm.train.evaluate import evaluate_tasks
+    from jaxdllm.validation import require_positive_int
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        raise ConfigError("--tasks is empty: name one or more tasks, e.g. --tasks copy,add")
+    for task in tasks:
+        get_task(task)  # an unknown name lists the registered ones
+    require_positive_int(args.n, "--n")
+    model_dir = _model_dir(args)
+    if args.preset is not None:
+        samplers = {args.preset: _sampler_config(args, model_dir)}
+    else:  # the model card's table: one token per step, and Fast-dLLM's threshold rule
+        if args.set:
+            raise ConfigError("--set needs --preset (the sampler it changes)")
+        g = args.gen_length or _model_sampler_defaults(model_dir).get("gen_length", 16)
+        samplers = {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
+                    "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+    model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
+    results = {}
+    for name, config in samplers.items():
+        results[name] = evaluate_tasks(model, tokenizer, tasks, config, n=args.n)
+        for r in results[name]:
+            print(f"{name:10s} {r['task']:8s} accuracy {r['accuracy']:.3f}  NFE {r['mean_nfe']:.2f}  "
+                  f"answer tokens/forward {r['answer_tokens_per_forward']:.2f}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
     return 0
 
 
 def _inspect(args) -> int:
     from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
+    from jaxdllm.checkpoint.hf_io import verify_checkpoint
 
     directory = Path(args.path)
     config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
     summary = {k: v for k, v in config.to_dict().items() if v is not None}
     summary["num_params"] = config.num_params
+    summary["checked"] = verify_checkpoint(directory)  # headers, names and shapes; a truncated file fails
     if args.load:
         import jax.numpy as jnp
 
@@ -143,7 +205,10 @@ def _train(args) -> int:
     import jax
 
     from jaxdllm.train import TrainConfig, Trainer
+    from jaxdllm.validation import require_positive_int
 
+    if args.steps is not None:
+        require_positive_int(args.steps, "--steps")
     if args.distributed:  # multi-host: coordinator address etc. from the environment (JAX's own rules)
         jax.distributed.initialize()
     raw_config = TrainConfig.from_toml(args.recipe)
@@ -153,15 +218,20 @@ def _train(args) -> int:
             raw.setdefault(section, {}).update(values)
         raw_config = TrainConfig.from_dict(raw)
     trainer = Trainer(raw_config, workdir=args.workdir)
+    total = args.steps or raw_config.train.steps
     if trainer.restore():
-        print(f"resumed from step {trainer.step} in {trainer.workdir}", flush=True)
-    history = trainer.train(steps=args.steps)
+        if trainer.step == total:
+            print(f"the run in {trainer.workdir} is already complete (step {total}); nothing to train", flush=True)
+        else:
+            print(f"resumed from step {trainer.step} in {trainer.workdir}", flush=True)
+    history = trainer.train(steps=total)
     if history:
         last = history[-1]
         print(f"step {last['step']}: loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s", flush=True)
     if args.export:
         out = trainer.export(args.export, dtype=args.export_dtype)
-        print(f"exported {out}")
+        print(f"exported {out} (step {trainer.step})")
+    trainer.close()
     return 0
 
 
@@ -185,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.set_defaults(func=_generate)
+    p = sub.add_parser("eval", help="accuracy, NFE and answer tokens per forward on held-out task-suite prompts")
+    p.add_argument("--model", default=None,
+                   help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
+    p.add_argument("--tasks", default="copy,reverse,sort,add,perm,pick3", help="comma-separated task names")
+    p.add_argument("--n", type=int, default=200, help="held-out prompts per task")
+    p.add_argument("--preset", default=None,
+                   help="evaluate this sampler preset only (default: the llada and threshold samplers of the card)")
+    p.add_argument("--gen-length", dest="gen_length", type=int)
+    for name in ("block_length", "steps", "policy", "cache", "threshold", "temperature"):
+        p.set_defaults(**{name: None})
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a SamplerConfig field (with --preset)")
+    p.add_argument("--out", help="write the results here as JSON")
+    p.set_defaults(func=_eval)
     p = sub.add_parser("inspect", help="show a checkpoint's config and parameter count")
     p.add_argument("path", help="Hugging Face checkpoint directory")
     p.add_argument("--load", action="store_true", help="also load every tensor and run one forward")
@@ -212,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     from jaxdllm.errors import CheckpointError, ConfigError, DataError, TrainingError
 
     args = build_parser().parse_args(argv)
+
+    def one_line_warning(message, category, filename, lineno, file=None, line=None):
+        print(f"jaxdllm {args.command}: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = one_line_warning  # the library's warnings, without Python's source line
     try:
         return args.func(args)
     except (CheckpointError, ConfigError, DataError, TrainingError) as e:

@@ -1,4 +1,4 @@
-"""Every error jaxdllm raises on purpose, and the one validator shared by the config dataclasses.
+"""Every error jaxdllm raises on purpose (the shared validators are in `jaxdllm.validation`).
 
 Each error's message says what to change; the command line prints it as one line and exits 2.
 """
@@ -25,8 +25,3 @@ class DatasetNotFoundError(DataError, FileNotFoundError):
 class TrainingError(RuntimeError):
     """Training cannot go on (a NaN loss, a checkpoint from another model)."""
 
-
-def require_positive_int(value, name: str, error: type[Exception] = ConfigError) -> None:
-    """Raise `error` naming `name` unless `value` is an int > 0 (bools are not ints here)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise error(f"{name} must be a positive integer, got {value!r}")

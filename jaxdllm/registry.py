@@ -4,9 +4,10 @@ objectives): a new piece is one class with a `name` plus one `register` call."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from jaxdllm.errors import ConfigError
+from jaxdllm.validation import check_fields
 
 T = TypeVar("T")
 
@@ -33,7 +34,19 @@ class Registry(dict, Generic[T]):
 
 
 class Settings:
-    """Mixin for the frozen dataclasses whose fields are user settings."""
+    """Mixin for the frozen dataclasses whose fields are user settings (policies, caches,
+    objectives). Their types are checked at construction; subclasses with their own
+    `__post_init__` call `super().__post_init__()` first. `role` names the kind in errors."""
+
+    role: ClassVar[str] = "setting"
+
+    def __post_init__(self):
+        check_fields(self, self.where())
+
+    @classmethod
+    def where(cls) -> str:
+        """The prefix naming this piece in error messages."""
+        return f"{cls.role} {getattr(cls, 'name', '')!r}: "
 
     @classmethod
     def settings(cls) -> tuple[str, ...]:

@@ -133,6 +133,13 @@ def special_token_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
     return out
 
 
+def answer_length(ids: Sequence[int], eos_id: int | None) -> int:
+    """Generated tokens up to and including the first EOS: the answer, without the EOS filler
+    after it (what "answer tokens per forward" counts)."""
+    ids = [int(i) for i in ids]
+    return ids.index(eos_id) + 1 if eos_id is not None and eos_id in ids else len(ids)
+
+
 def decode_response(tokenizer: Tokenizer, ids: Sequence[int], eos_id: int | None = None) -> str:
     """The text of generated `ids` up to the first EOS (default: the tokenizer's `eos_token`)."""
     if eos_id is None:

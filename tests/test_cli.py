@@ -59,7 +59,7 @@ def test_generate_prints_text_and_nfe(tmp_path):
     assert out.returncode == 0, out.stderr
     words = out.stdout.split()
     assert len(words) == 16 and all(w.startswith("w") for w in words)
-    assert "[nfe " in out.stderr and "16 tokens" in out.stderr
+    assert "[nfe " in out.stderr and "16 answer tokens of 16" in out.stderr
 
 
 def test_generate_bad_options_are_readable(tmp_path):

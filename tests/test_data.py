@@ -184,7 +184,7 @@ BAD_LINES = ['{"prompt": "a", "response": "b"}',
 
 def test_jsonl_malformed_line_stops_with_line_number(tmp_path):
     path = _write_lines(tmp_path / "bad.jsonl", BAD_LINES)
-    with pytest.raises(DataError, match=r"bad\.jsonl:3: invalid JSON .*on_error='skip'"):
+    with pytest.raises(DataError, match=r'bad\.jsonl:3: invalid JSON .*on_error = "skip"'):
         read_jsonl(path)
     path = _write_lines(tmp_path / "bad5.jsonl", BAD_LINES[:2] + BAD_LINES[4:])
     with pytest.raises(DataError, match=r"bad5\.jsonl:3: missing field 'response'"):

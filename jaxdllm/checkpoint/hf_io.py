@@ -26,20 +26,19 @@ from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError
-from jaxdllm.models.config import DTYPES, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+# Sampler defaults that suit the model (e.g. a short gen_length for a model with a short
+# max_position); `jaxdllm generate` reads them before the preset's.
+SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"
 # Files beside the weights that describe the model to other tools; copied on export on request.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt")
-# Fields the checkpoint itself determines; overriding them would mis-read its tensors.
-_CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                      "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "param_dtype", "source_config"}
+              "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt", SAMPLER_DEFAULTS_FILE)
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
@@ -127,6 +126,22 @@ def _place(host: np.ndarray, placement) -> jax.Array:
                                         lambda idx: np.ascontiguousarray(host[idx]))
 
 
+def verify_checkpoint(path: str | Path) -> dict:
+    """Check a checkpoint directory without loading its weights: config.json, every safetensors
+    header (a truncated file fails here), and the name and shape of every tensor the config needs.
+
+    Returns `{"tensors": N, "files": F, "bytes": total size of the weight files}`; raises
+    `CheckpointError` naming the file or tensor otherwise.
+    """
+    directory = Path(path)
+    config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    files = _weight_map(directory)
+    table = tensor_table(config)
+    _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
+    unique = set(files.values())
+    return {"tensors": len(table), "files": len(unique), "bytes": sum(f.stat().st_size for f in unique)}
+
+
 def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype: str | None = None,
                     mesh: Mesh | None = None, rules=shd.DEFAULT_RULES, **config_overrides) -> Transformer:
     """Load a Hugging Face checkpoint directory into a `Transformer`.
@@ -154,7 +169,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
         config = config.replace(param_dtype=dtype, dtype=dtype)
     if compute_dtype is not None:
         config = config.replace(dtype=compute_dtype)
-    fixed = sorted(set(config_overrides) & _CHECKPOINT_FIELDS)
+    fixed = sorted(set(config_overrides) & CHECKPOINT_FIELDS)
     if fixed:
         raise ValueError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
                          "(use dtype= for the parameter dtype)")

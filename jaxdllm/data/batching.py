@@ -36,7 +36,8 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 
 from jaxdllm.data.records import Example
-from jaxdllm.errors import ConfigError, DataError, require_positive_int
+from jaxdllm.errors import ConfigError, DataError
+from jaxdllm.validation import check_fields, require_positive_int
 from jaxdllm.tokenizer import Tokenizer, special_token_ids
 
 BATCH_KEYS = ("tokens", "prompt_mask", "target_mask", "segment_ids", "positions")
@@ -75,6 +76,7 @@ class BatchConfig:
     shard_index: int = 0
 
     def __post_init__(self):
+        check_fields(self, "BatchConfig.")
         for name in ("seq_len", "batch_size", "num_shards"):
             require_positive_int(getattr(self, name), f"BatchConfig.{name}")
         if self.seq_len < 2:

@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, Literal
 
 from jaxdllm.data.records import Example
 from jaxdllm.errors import ConfigError, DataError, DatasetNotFoundError
+from jaxdllm.validation import check_fields
 
 ON_ERROR = ("raise", "skip")
 
@@ -42,6 +43,7 @@ class JsonlConfig:
     default_task: str = ""
 
     def __post_init__(self):
+        check_fields(self, "JsonlConfig.")
         if self.on_error not in ON_ERROR:
             raise ConfigError(f"JsonlConfig.on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         for name in ("prompt_key", "response_key", "task_key", "answer_key"):
@@ -121,13 +123,16 @@ def read_jsonl(path: str | os.PathLike, config: JsonlConfig | None = None) -> Js
             records.append(parse_line(line, config))
         except ValueError as e:  # DataError is a ValueError
             if config.on_error == "raise":
-                raise DataError(f"{path}:{number}: {e} (pass JsonlConfig(on_error='skip') to skip "
-                                "malformed lines)") from None
+                raise DataError(f"{path}:{number}: {e} (to skip malformed lines: on_error = \"skip\" in the "
+                                "recipe's [data] section, or JsonlConfig(on_error='skip'))") from None
             skipped.append((number, str(e)))
     if skipped:
         first = ", ".join(str(n) for n, _ in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
         warnings.warn(f"{path}: skipped {len(skipped)} malformed line(s) (lines {first}); "
                       f"first: {skipped[0][1]}", stacklevel=2)
+    if not records:
+        what = f"all {len(skipped)} of its lines are malformed" if skipped else "it is empty"
+        raise DataError(f"{path} holds no records: {what}")
     return JsonlDataset(path, records, skipped)
 
 

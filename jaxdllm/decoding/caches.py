@@ -48,6 +48,7 @@ class Cache(Settings):
     """
 
     name: ClassVar[str] = ""
+    role: ClassVar[str] = "cache"
     attentions: ClassVar[tuple[str, ...]] = ("bidirectional", "block_causal")
     supports_cfg: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False

@@ -23,7 +23,8 @@ from typing import Any
 
 from jaxdllm.decoding import caches as caches_lib
 from jaxdllm.decoding import policies as policies_lib
-from jaxdllm.errors import ConfigError, require_positive_int
+from jaxdllm.errors import ConfigError
+from jaxdllm.validation import check_fields, require_positive_int
 
 # The loop's own settings, with defaults (LLaDA's published `generate` defaults).
 _LOOP_DEFAULTS = dict(gen_length=128, block_length=128, steps=128, temperature=0.0, cfg_scale=0.0,
@@ -104,6 +105,7 @@ class SamplerConfig:
         self._validate()
 
     def _validate(self) -> None:
+        check_fields(self)
         for name in ("gen_length", "block_length", "steps", "prompt_bucket"):
             require_positive_int(getattr(self, name), name)
         if self.temperature < 0 or self.cfg_scale < 0:

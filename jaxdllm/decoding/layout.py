@@ -98,8 +98,16 @@ def prepare_prompts(input_ids, attention_mask, bucket: int, pad_id: int):
     return (np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id), np.pad(mask, ((0, 0), (extra, 0))), extra)
 
 
-def prompt_bucket(model_config, config) -> int:
-    """The bucket prompts are padded to: block-causal models start generating on a block boundary."""
-    if model_config.attention == "block_causal":
-        return math.lcm(config.prompt_bucket, model_config.block_size)
-    return config.prompt_bucket
+def prompt_bucket(model_config, config, prompt_len: int) -> int:
+    """The multiple prompts of `prompt_len` tokens are left-padded to.
+
+    Normally `config.prompt_bucket` (block-causal models: its lcm with `block_size`, so generation
+    starts on a block boundary). Where padding to it would push prompt + `gen_length` past the
+    model's `max_position` although the prompt itself fits, prompts are padded only as far as
+    the model needs (1, or `block_size`): one more compiled shape instead of a refusal.
+    """
+    unit = model_config.block_size if model_config.attention == "block_causal" else 1
+    bucket = math.lcm(config.prompt_bucket, unit)
+    if -(-prompt_len // bucket) * bucket + config.gen_length > model_config.max_position:
+        return unit
+    return bucket

@@ -53,8 +53,10 @@ def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=N
     """Errors a user can act on, raised before anything compiles."""
     method_of(config).check_model(model_config, config)
     if prompt_len + config.gen_length > model_config.max_position:
-        raise ConfigError(f"prompt ({prompt_len} tokens after bucketing) + gen_length ({config.gen_length}) "
-                          f"exceeds the model's max_position ({model_config.max_position})")
+        raise ConfigError(f"prompt ({prompt_len} tokens after padding) + gen_length ({config.gen_length}) "
+                          f"exceeds the model's max_position ({model_config.max_position}): lower gen_length "
+                          f"(--gen-length) to at most {max(model_config.max_position - prompt_len, 0)}, or "
+                          "shorten the prompt (padding to prompt_bucket is dropped when it would not fit)")
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
     if (learned_filter is not None) != config.policy.needs_learned_filter:
@@ -67,7 +69,9 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
             learned_filter=None) -> Prepared:
     """Bucket and left-pad the prompts, check everything, and fix the layout (host only)."""
     pad_id = model_config.pad_token_id if model_config.pad_token_id is not None else 0
-    ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config), pad_id)
+    prompt_len = np.shape(input_ids)[-1]
+    ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config, prompt_len),
+                                      pad_id)
     check(model_config, config, ids.shape[1], learned_filter)
     rows = ids.shape[0]
     idle = -rows % row_multiple

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 import jax.numpy as jnp
 
-from jaxdllm.errors import ConfigError, require_positive_int
+from jaxdllm.errors import ConfigError
+from jaxdllm.validation import check_fields, require_positive_int
 
 AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
@@ -39,6 +40,7 @@ class RopeScaling:
     original_max_position: int = 8192
 
     def __post_init__(self):
+        check_fields(self, "rope_scaling ")
         if self.type not in ROPE_SCALING_TYPES:
             raise ConfigError(
                 f"rope_scaling type {self.type!r} is not supported; use one of {ROPE_SCALING_TYPES}")
@@ -116,6 +118,7 @@ class ModelConfig:
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
+        check_fields(self)
         for name in ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "mlp_dim", "max_position"):
             require_positive_int(getattr(self, name), name)
@@ -200,6 +203,11 @@ class ModelConfig:
             raise ConfigError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
 
+
+# Fields the checkpoint itself determines; overriding them would mis-read its tensors.
+CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                      "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
+                      "checkpoint_format", "param_dtype", "source_config"}
 
 # LLaDA-8B's tokenizer: its config.json omits these, so checkpoint import reads them from here.
 LLADA_VOCAB_SIZE = 126464

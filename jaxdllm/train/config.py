@@ -21,7 +21,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jaxdllm.errors import ConfigError, require_positive_int
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ModelConfig
+from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
 from jaxdllm.train.objectives import make_objective, objective_class
 
@@ -40,8 +42,14 @@ class ModelSection:
     overrides: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        check_fields(self, "[model] ")
         _check((self.preset is None) != (self.init_from is None),
                "[model] needs exactly one of preset = \"NAME\" or init_from = \"DIR\"")
+        _check(self.preset is None or self.preset in PRESETS,
+               f"[model] preset {self.preset!r} is unknown; known presets: {sorted(PRESETS)}")
+        # A checkpoint fixes its own shapes; a preset takes any field (vocab and ids come from the tokenizer).
+        fixed = CHECKPOINT_FIELDS - {"param_dtype"} if self.init_from else {"source_config"}
+        check_overrides(ModelConfig, self.overrides, "[model]", exclude=tuple(fixed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +69,7 @@ class DataSection:
     chat_template: bool = False        # wrap prompts in the tokenizer's chat template (instruct models)
 
     def __post_init__(self):
-        object.__setattr__(self, "tasks", tuple(self.tasks))
+        check_fields(self, "[data] ")
         _check(self.source in ("tasks", "jsonl", "gsm8k"),
                f"[data] source must be 'tasks', 'jsonl' or 'gsm8k', got {self.source!r}")
         _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
@@ -79,6 +87,7 @@ class ObjectiveSection:
     settings: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        check_fields(self, "[objective] ")
         make_objective(self.kind, self.settings)  # unknown kind or keys, bad values: fail at load time
 
     def __hash__(self):
@@ -98,6 +107,7 @@ class OptimSection:
     grad_accum: int = 1
 
     def __post_init__(self):
+        check_fields(self, "[optim] ")
         _check(self.lr > 0, f"[optim] lr must be positive, got {self.lr}")
         _check(self.schedule in ("constant", "cosine", "linear"),
                f"[optim] schedule must be constant, cosine or linear, got {self.schedule!r}")
@@ -114,6 +124,7 @@ class TrainSection:
     on_nan: str = "stop"               # "stop": raise with the step number
 
     def __post_init__(self):
+        check_fields(self, "[train] ")
         require_positive_int(self.steps, "[train] steps")
         _check(self.compute_dtype in ("float32", "bfloat16"),
                f"[train] compute_dtype must be float32 or bfloat16, got {self.compute_dtype!r}")
@@ -127,6 +138,7 @@ class CheckpointSection:
     keep: int = 2
 
     def __post_init__(self):
+        check_fields(self, "[checkpoint] ")
         require_positive_int(self.every, "[checkpoint] every")
         require_positive_int(self.keep, "[checkpoint] keep")
 
@@ -137,12 +149,22 @@ class LogSection:
     jsonl: str | None = None           # default: <checkpoint dir>/metrics.jsonl
     progress: bool = True
 
+    def __post_init__(self):
+        check_fields(self, "[log] ")
+        require_positive_int(self.every, "[log] every")
+
 
 @dataclasses.dataclass(frozen=True)
 class MeshSection:
     data: int = -1
     fsdp: int = 1
     tensor: int = 1
+
+    def __post_init__(self):
+        check_fields(self, "[mesh] ")
+        _check(self.data == -1 or self.data > 0, f"[mesh] data must be a positive integer or -1, got {self.data}")
+        require_positive_int(self.fsdp, "[mesh] fsdp")
+        require_positive_int(self.tensor, "[mesh] tensor")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ and the mean number of generated answer tokens per forward.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from jaxdllm.data import get_task, make_split
 from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.tokenizer import Tokenizer, decode_response
+from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,8 +46,7 @@ def evaluate_task(model: Transformer, tokenizer: Tokenizer, task: str, config: S
             ok = checker.check(example.prompt, response)
             correct += ok
             nfe.append(int(row_nfe))
-            generated = list(row)
-            answer_tokens.append(generated.index(eos) + 1 if eos in generated else len(generated))
+            answer_tokens.append(answer_length(row, eos))
             if len(samples) < 3:
                 samples.append({"prompt": example.prompt, "response": response, "correct": bool(ok)})
     return {"task": task, "many_answers": checker.many_answers, "n": len(examples),
@@ -61,33 +61,10 @@ def evaluate_tasks(model: Transformer, tokenizer: Tokenizer, tasks, config: Samp
 
 
 def main(argv=None) -> int:
-    """`python -m jaxdllm.train.evaluate --model DIR`: the model card's table, as JSON."""
-    import argparse
-    import json
+    """`python -m jaxdllm.train.evaluate ...`: the same as `jaxdllm eval ...`."""
+    from jaxdllm.cli import main as cli_main
 
-    from jaxdllm.checkpoint import from_pretrained
-
-    p = argparse.ArgumentParser(description="accuracy and NFE on held-out task-suite prompts")
-    p.add_argument("--model", required=True)
-    p.add_argument("--tasks", nargs="*", default=["copy", "reverse", "sort", "add", "perm", "pick3"])
-    p.add_argument("--n", type=int, default=200, help="held-out prompts per task")
-    p.add_argument("--gen-length", type=int, default=16)
-    p.add_argument("--out", help="write the results here as JSON")
-    args = p.parse_args(argv)
-    model, tokenizer = from_pretrained(args.model, dtype="float32"), Tokenizer.from_pretrained(args.model)
-    g = args.gen_length
-    samplers = {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
-                "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
-    results = {}
-    for name, config in samplers.items():
-        results[name] = evaluate_tasks(model, tokenizer, args.tasks, config, n=args.n)
-        for r in results[name]:
-            print(f"{name:10s} {r['task']:8s} accuracy {r['accuracy']:.3f}  NFE {r['mean_nfe']:.2f}  "
-                  f"answer tokens/forward {r['answer_tokens_per_forward']:.2f}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0
+    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

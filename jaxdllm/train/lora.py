@@ -9,6 +9,7 @@ import jax
 
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.lora import TARGETS
+from jaxdllm.validation import check_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,7 @@ class LoraConfig:
     targets: tuple[str, ...] = TARGETS
 
     def __post_init__(self):
-        object.__setattr__(self, "targets", tuple(self.targets))
+        check_fields(self, "[lora] ")
         if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
             raise ConfigError(f"lora.rank must be a non-negative integer, got {self.rank!r}")
         unknown = sorted(set(self.targets) - set(TARGETS))

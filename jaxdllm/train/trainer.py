@@ -19,7 +19,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import make_batch_iterator, save_char_tokenizer
+from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
@@ -27,10 +29,25 @@ from jaxdllm.train import setup
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.objectives import make_objective
 from jaxdllm.train.step import batch_sharding, make_train_step
+from jaxdllm.train.workdir_lock import WorkdirLock
+from jaxdllm.validation import require_positive_int
 
 # The model fields a checkpoint must share with the recipe to be resumed.
 _SAME_MODEL_FIELDS = ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
                       "scan_layers")
+
+
+def sampler_defaults(config: ModelConfig, seq_len: int) -> dict:
+    """`jaxdllm generate` defaults for a model too short for the presets' 256 generated tokens.
+
+    Such a model was trained on rows of `seq_len` tokens (prompt + answer), so it generates half
+    a row (a power of two, one block, one token per step by default). Empty where the presets fit.
+    """
+    llada = SAMPLER_PRESETS["llada"]
+    if llada.gen_length + llada.prompt_bucket <= config.max_position:
+        return {}
+    gen = 1 << (max(min(seq_len, config.max_position) // 2, 1).bit_length() - 1)
+    return {"gen_length": gen, "block_length": gen, "steps": gen}
 
 
 class Trainer:
@@ -45,6 +62,11 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, workdir: str | Path | None = None, mesh=None):
         self.config = config
+        where = workdir or config.checkpoint.dir
+        self.workdir = Path(where).absolute() if where else None
+        # Before anything reads or writes the folder: one run per workdir (process 0 holds it for the job).
+        self.lock = (WorkdirLock(self.workdir).acquire()
+                     if self.workdir is not None and jax.process_index() == 0 else None)
         self.mesh = mesh if mesh is not None else setup.make_training_mesh(config.mesh)
         self.tokenizer = setup.load_tokenizer(config)
         model = setup.init_model(config, self.tokenizer, self.mesh)
@@ -64,8 +86,6 @@ class Trainer:
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
                                         grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip")
 
-        where = workdir or config.checkpoint.dir
-        self.workdir = Path(where).absolute() if where else None
         self.manager = setup.checkpoint_manager(self.workdir, config.checkpoint)
         self.history: list[dict] = []
 
@@ -109,7 +129,11 @@ class Trainer:
         Saves a checkpoint every `[checkpoint] every` steps and at the end; appends a metrics
         record every `[log] every` steps to `self.history` and `metrics.jsonl`.
         """
-        total = steps or self.config.train.steps
+        total = self.config.train.steps if steps is None else steps
+        require_positive_int(total, "steps (the total to train to)")
+        if self.step > total:
+            raise TrainingError(f"the run in {self.workdir} is already at step {self.step}, past {total}: "
+                                f"train to more steps than {self.step}, or pass {self.step} to keep it as it is")
         end = min(total, stop_at) if stop_at else total
         log_every = self.config.log.every
         progress = None
@@ -140,6 +164,14 @@ class Trainer:
         if self.manager is not None:
             self.manager.wait_until_finished()
         return self.history
+
+    def close(self) -> None:
+        """Finish pending checkpoint writes and release the output folder for another run."""
+        if self.manager is not None:
+            self.manager.wait_until_finished()
+            self.manager.close()
+        if self.lock is not None:
+            self.lock.release()
 
     def _log(self, record: dict) -> None:
         self.history.append(record)
@@ -206,5 +238,8 @@ class Trainer:
         out = save_pretrained(model, path, dtype=dtype, copy_files_from=copy_from)
         if copy_from is None and jax.process_index() == 0:
             save_char_tokenizer(out, model_max_length=self.model_config.max_position)
+            defaults = sampler_defaults(self.model_config, self.config.data.seq_len)
+            if defaults:
+                (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))
         return Path(out)
 

@@ -86,6 +86,7 @@ class Policy(Settings):
     """Base class: subclasses set `name`, declare their settings as fields, and define `commit`."""
 
     name: ClassVar[str] = ""
+    role: ClassVar[str] = "policy"
     method: ClassVar[str] = "diffusion"
     scheduled: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False

@@ -62,9 +62,14 @@ class Objective(Settings):
     """
 
     name: ClassVar[str] = ""
+    role: ClassVar[str] = "objective"
     needs_mask_token: ClassVar[bool] = False
     needs_teacher: ClassVar[bool] = False
     packing: ClassVar[bool] = True
+
+    @classmethod
+    def where(cls) -> str:
+        return "[objective] "
 
     def check(self, config: ModelConfig) -> None:
         """Raise `ConfigError` if this objective cannot train a model of `config` (before compiling)."""

@@ -32,6 +32,7 @@ class BlockDiffusion(Objective):
     packing = False
 
     def __post_init__(self):
+        super().__post_init__()
         if not 0 < self.eps < 1:
             raise ConfigError(f"[objective] eps must be in (0, 1), got {self.eps}")
         if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size <= 0):

@@ -35,6 +35,7 @@ class MaskedDiffusion(Objective):
     sft = False
 
     def __post_init__(self):
+        super().__post_init__()
         if not 0 < self.eps < 1:
             raise ConfigError(f"[objective] eps must be in (0, 1), got {self.eps}")
 
