@@ -66,7 +66,14 @@ def _conform(value: Any, tp: Any) -> Any:
             value = (value,)
         if not isinstance(value, tuple | list):
             return _NO_MATCH
-        items = [_conform(v, args[0]) for v in value] if len(args) == 2 and args[1] is Ellipsis else list(value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = [_conform(v, args[0]) for v in value]
+        elif args:  # fixed length: tuple[float, float, float]
+            if len(value) != len(args):
+                return _NO_MATCH
+            items = [_conform(v, a) for v, a in zip(value, args)]
+        else:
+            items = list(value)
         return _NO_MATCH if any(v is _NO_MATCH for v in items) else tuple(items)
     if origin is dict or tp is dict:
         return value if isinstance(value, dict) else _NO_MATCH
@@ -83,7 +90,9 @@ def describe(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     if origin is tuple:
-        return f"a list of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})" if args else "a list"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
             type(None): "none (omitted)", dict: "a table"}.get(tp, getattr(tp, "__name__", str(tp)))
 

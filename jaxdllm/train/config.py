@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ModelConfig
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
@@ -76,6 +77,10 @@ class DataSection:
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("examples_per_task", "seq_len", "batch_size"):
             require_positive_int(getattr(self, name), f"[data] {name}")
+        if self.source == "tasks":
+            _check(bool(self.tasks), "[data] tasks is empty: name one or more tasks")
+            for task in self.tasks:
+                get_task(task)  # an unknown name lists the registered tasks
 
 
 @dataclasses.dataclass(frozen=True)
