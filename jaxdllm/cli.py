@@ -189,8 +189,10 @@ def _inspect(args) -> int:
 
 
 def _convert(args) -> int:
-    from jaxdllm.checkpoint.hf_io import from_pretrained, save_pretrained
+    from jaxdllm.checkpoint.hf_io import from_pretrained, parse_size, save_pretrained
     from jaxdllm.checkpoint.orbax_io import save_state
+
+    parse_size(args.max_shard_size)  # a bad size fails before the model is read
 
     model = from_pretrained(args.src, dtype=args.dtype)
     if args.orbax:

@@ -270,6 +270,17 @@ def test_inspect_checks_tensors_without_loading(capsys, tmp_path):
     _one_line_error(*_cli(capsys, "inspect", tmp_path)[::2], "model.safetensors")
 
 
+def test_convert_bad_input(capsys, tmp_path):
+    _one_line_error(*_cli(capsys, "convert", tmp_path / "nope", tmp_path / "out")[::2], "nope")
+    make_llada_checkpoint(tmp_path / "src")
+    for size in ("abc", "0", "-1GB"):
+        _one_line_error(*_cli(capsys, "convert", tmp_path / "src", tmp_path / "out", f"--max-shard-size={size}")[::2],
+                        f"max_shard_size must be a positive size such as 5GB or 500MiB, got '{size}'")
+    _one_line_error(*_cli(capsys, "convert", tmp_path / "src", tmp_path / "out", "--dtype", "float8")[::2],
+                    "invalid choice: 'float8'")
+    assert not (tmp_path / "out").exists()
+
+
 def test_empty_jsonl_is_named(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(DataError, match=r"empty\.jsonl holds no records: it is empty"):

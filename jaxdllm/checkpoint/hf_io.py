@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from safetensors.numpy import save_file
 from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
-from jaxdllm.errors import CheckpointError
+from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
 
@@ -218,15 +219,19 @@ def _to_host(array: jax.Array) -> np.ndarray:
     return np.asarray(jax.device_get(array))
 
 
-def _parse_size(size: int | str) -> int:
-    if isinstance(size, int):
-        return size
-    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-    s = size.strip().upper()
-    for unit, scale in sorted(units.items(), key=lambda kv: -len(kv[0])):
-        if s.endswith(unit):
-            return int(float(s[: -len(unit)]) * scale)
-    return int(s)
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([KMG]I?B|B)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(size: int | str) -> int:
+    """Bytes from an int or text such as `"5GB"`, `"500MiB"`, `"1000000"`; `ConfigError` otherwise."""
+    value = size
+    if isinstance(size, str):
+        match = _SIZE.fullmatch(size)
+        value = int(float(match[1]) * _SIZE_UNITS[(match[2] or "B").upper()]) if match else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"max_shard_size must be a positive size such as 5GB or 500MiB, got {size!r}")
+    return value
 
 
 def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int | str = "5GB",
@@ -251,7 +256,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     np_dtype = _NP_DTYPES[dtype]
     table = tensor_table(config)
     params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-    limit = _parse_size(max_shard_size)
+    limit = parse_size(max_shard_size)
     itemsize = np.dtype(np_dtype).itemsize
 
     shards: list[list[TensorMapping]] = [[]]
