@@ -12,13 +12,14 @@ from jaxdllm.registry import Registry
 from jaxdllm.train.objectives.base import Objective, Views, aligned_logits, has_predictor, token_ce
 from jaxdllm.train.objectives.block_diffusion import BlockDiffusion
 from jaxdllm.train.objectives.causal_lm import CausalLM
+from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 
 OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
 register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective] kind = cls.name
 objective_class = OBJECTIVES.lookup
 
-for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM):
+for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing):
     register_objective(_cls)
 
 
