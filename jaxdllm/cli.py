@@ -5,6 +5,7 @@
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
+  jaxdllm distill generate RECIPE.toml   the teacher's checked answers for distillation ([distill] section)
 """
 
 from __future__ import annotations
@@ -66,19 +67,9 @@ def _model_dir(args) -> Path:
 
 def _model_sampler_defaults(model_dir: Path) -> dict:
     """The checkpoint's own sampler defaults (`jaxdllm_sampler.json`), or {}."""
-    from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
-    from jaxdllm.errors import CheckpointError
+    from jaxdllm.checkpoint.hf_io import read_sampler_defaults
 
-    path = model_dir / SAMPLER_DEFAULTS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        values = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path} must hold a JSON object of sampler settings")
-    return values
+    return read_sampler_defaults(model_dir)
 
 
 def _sampler_config(args, model_dir: Path | None = None):
@@ -203,22 +194,30 @@ def _convert(args) -> int:
     return 0
 
 
+def _recipe(args):
+    """The recipe `args.recipe` with the `--set SECTION.KEY=VALUE` overrides applied."""
+    from jaxdllm.train import TrainConfig
+
+    config = TrainConfig.from_toml(args.recipe)
+    if args.set:
+        raw = config.to_dict()
+        for section, values in parse_sets(args.set, sections=True).items():
+            raw.setdefault(section, {}).update(values)
+        config = TrainConfig.from_dict(raw)
+    return config
+
+
 def _train(args) -> int:
     import jax
 
-    from jaxdllm.train import TrainConfig, Trainer
+    from jaxdllm.train import Trainer
     from jaxdllm.validation import require_positive_int
 
     if args.steps is not None:
         require_positive_int(args.steps, "--steps")
     if args.distributed:  # multi-host: coordinator address etc. from the environment (JAX's own rules)
         jax.distributed.initialize()
-    raw_config = TrainConfig.from_toml(args.recipe)
-    if args.set:
-        raw = raw_config.to_dict()
-        for section, values in parse_sets(args.set, sections=True).items():
-            raw.setdefault(section, {}).update(values)
-        raw_config = TrainConfig.from_dict(raw)
+    raw_config = _recipe(args)
     trainer = Trainer(raw_config, workdir=args.workdir)
     total = args.steps or raw_config.train.steps
     if trainer.restore():
@@ -234,6 +233,46 @@ def _train(args) -> int:
         out = trainer.export(args.export, dtype=args.export_dtype)
         print(f"exported {out} (step {trainer.step})")
     trainer.close()
+    return 0
+
+
+def _distill_generate(args) -> int:
+    import jax
+
+    from jaxdllm.checkpoint.hf_config import read_config_json
+    from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.tokenizer import Tokenizer
+    from jaxdllm.train.distill import generate_answers, load_prompts
+    from jaxdllm.train.setup import make_training_mesh
+
+    if args.distributed:
+        jax.distributed.initialize()
+    config = _recipe(args)
+    section = config.distill
+    if section is None:
+        raise ConfigError(f"recipe {args.recipe} has no [distill] section (teacher, prompts, sampler, out)")
+    teacher = section.teacher or config.model.init_from
+    if teacher is None:
+        raise ConfigError("[distill] teacher is not set and [model] has no init_from: name the teacher checkpoint")
+    out = args.out or section.out
+    read_config_json(Path(teacher))  # a missing teacher fails first
+    sampler = section.sampler_config(read_sampler_defaults(teacher))  # bad settings fail before loading
+    examples = load_prompts(section)
+    mesh = make_training_mesh(config.mesh)
+    model = from_pretrained(teacher, dtype=section.dtype, mesh=mesh)
+    tokenizer = Tokenizer.from_pretrained(teacher)
+    stats = generate_answers(model, tokenizer, examples, sampler, out, batch_size=section.batch_size,
+                             seed=section.seed, chat_template=section.chat_template,
+                             progress=config.log.progress and not args.no_progress,
+                             meta={"teacher": str(Path(teacher).resolve()), "source": section.source,
+                                   "tasks": list(section.tasks) if section.source == "tasks" else None,
+                                   "split": section.split})
+    for task, s in stats["tasks"].items():
+        print(f"{task:10s} answers {s['n']:6d}  kept {s['kept_rate']:.1%}  NFE {s['mean_nfe']:.2f}  "
+              f"answer tokens/forward {s['answer_tokens_per_forward']:.2f}", flush=True)
+    rate = stats["answers_per_s"]
+    print(f"wrote {out}" + (f" ({rate:.1f} answers/s)" if rate else " (already complete)"), flush=True)
     return 0
 
 
@@ -288,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shard-size", default="5GB", help="bytes per safetensors file, e.g. 2GB")
     p.add_argument("--orbax", action="store_true", help="write jaxdllm orbax state instead of safetensors")
     p.set_defaults(func=_convert)
+    p = sub.add_parser("distill", help="distillation data: the teacher's checked answers (dParallel)")
+    distill = p.add_subparsers(dest="distill_command", required=True)
+    p = distill.add_parser("generate", help="the teacher answers the recipe's [distill] prompts; checked "
+                                            "answers to JSONL (resumes an interrupted run)")
+    p.add_argument("recipe", help="TOML recipe with a [distill] section")
+    p.add_argument("--out", help="JSONL file to write (default: [distill] out)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
+    p.set_defaults(func=_distill_generate)
     p = sub.add_parser("train", help="train or fine-tune from a recipe (training/*.toml)")
     p.add_argument("recipe", help="TOML recipe")
     p.add_argument("--workdir", help="checkpoints + metrics.jsonl (default: the recipe's [checkpoint] dir)")

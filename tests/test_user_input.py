@@ -116,6 +116,7 @@ VALID = {
     "ModelConfig": ModelConfig.preset("tiny-llada"),
     "RopeScaling": RopeScaling(type="llama3", factor=8.0),
     "DataSection": recipe_lib.DataSection(),
+    "DistillSection": recipe_lib.DistillSection(),
     "OptimSection": recipe_lib.OptimSection(),
     "TrainSection": recipe_lib.TrainSection(),
     "CheckpointSection": recipe_lib.CheckpointSection(),
@@ -217,6 +218,7 @@ def test_empty_prompt(capsys):
     ("", ["--set", "model.embed_dimm=64"], "[model] has unknown key(s) ['embed_dimm']"),
     ("", ["--set", "data.tasks=copy,nope"], "unknown task 'nope'"),
     ("", ["--set", "mesh.data=0"], "[mesh] data must be a positive integer or -1"),
+    ("", ["--set", "mesh.data=3"], "needs 3 devices, but this job has 8"),
     ("", ["--set", "lora.rank=-1"], "lora.rank must be a non-negative integer"),
     ("", ["--set", "bogus.x=1"], "unknown recipe section(s) ['bogus']"),
     ("", ["--set", "train.bogus=1"], "[train] has unknown key(s) ['bogus']"),
@@ -238,6 +240,31 @@ def test_train_empty_or_missing_recipe(capsys, tmp_path):
     (tmp_path / "empty.toml").write_text("")
     _one_line_error(*_cli(capsys, "train", tmp_path / "empty.toml")[::2], "needs a [model] section")
     _one_line_error(*_cli(capsys, "train", tmp_path / "nope.toml")[::2], "does not exist")
+
+
+@pytest.mark.parametrize("extra,args,needle", [
+    ("", [], "has no [distill] section"),
+    ("[distill]\ntasks = [\"copy\"]\n", [], "[distill] teacher is not set"),
+    ("[distill]\nteacher = \"nowhere\"\n", [], "checkpoint directory nowhere does not exist"),
+    ("[distill]\npreset = \"nope\"\n", [], "unknown sampler preset 'nope'"),
+    ("[distill]\nsampler = { bogus = 1 }\n", [], "[distill] sampler has unknown key(s) ['bogus']"),
+    ("[distill]\nsampler = { threshold = 0.9 }\n", [], "not of 'llada'"),
+    ("[distill]\nbatch_size = 0\n", [], "[distill] batch_size must be a positive integer"),
+    ("[distill]\nsource = \"jsonl\"\n", [], "[distill] source = 'jsonl' needs path"),
+    ("[distill]\nout = \" \"\n", [], "[distill] out is empty"),
+    ("[distill]\ntasks = []\n", [], "[distill] tasks is empty"),
+    ("[distill]\n", ["--set", "distill.tasks=copy,nope"], "unknown task 'nope'"),
+    ("[distill]\n", ["--set", "distill.examples_per_task=abc"], "[distill] examples_per_task must be an integer"),
+    ("[data]\nsource = \"teacher\"\n", [], "[data] source = 'teacher' needs path"),
+])
+def test_distill_bad_input(capsys, tmp_path, extra, args, needle):
+    raw = TINY_RECIPE
+    if "[data]" in extra:
+        raw = raw.replace("[data]\n", "[data]\nsource = \"teacher\"\n")
+        extra = ""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(raw + extra)
+    _one_line_error(*_cli(capsys, "distill", "generate", recipe, *args)[::2], needle)
 
 
 def test_eval_bad_input(capsys, tmp_path):

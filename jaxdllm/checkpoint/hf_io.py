@@ -43,6 +43,20 @@ SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
+def read_sampler_defaults(directory: str | Path) -> dict:
+    """A checkpoint's own sampler defaults (`jaxdllm_sampler.json`: `SamplerConfig` keywords), or {}."""
+    path = Path(directory) / SAMPLER_DEFAULTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object of sampler settings")
+    return values
+
+
 def _weight_map(directory: Path) -> dict[str, Path]:
     """tensor name -> safetensors file, from the index or from every *.safetensors file."""
     index = directory / INDEX_FILE

@@ -28,3 +28,23 @@ def same_number(a: str | None, b: str | None) -> bool:
         return Decimal(a.replace(",", "")) == Decimal(b.replace(",", ""))
     except InvalidOperation:
         return False
+
+
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+")
+
+
+def final_number(text: str) -> str | None:
+    """The answer a generated solution gives: the number after its last `####`, else the last
+    number anywhere in it (commas removed, a trailing full stop dropped); None if it has none.
+
+    This is how GSM8K evaluations of instruct models read free-form answers
+    (`"... so she earns $18."` -> `"18"`).
+    """
+    marked = extract_final_answer(text)
+    if marked is not None:
+        return marked
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    number = found[-1].replace(",", "")
+    return number[1:] if number.startswith("+") else number

@@ -2,8 +2,9 @@
 
 ```toml
 [model]        # preset = "tiny-llada" (+ any ModelConfig field to override) or init_from = "DIR"
-[data]         # source = "tasks" | "jsonl" | "gsm8k", seq_len, batch_size, ...
-[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm", + its settings (eps, ...)
+[data]         # source = "tasks" | "jsonl" | "gsm8k" | "teacher", seq_len, batch_size, ...
+[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm" | "certainty_forcing", + its settings
+[distill]      # `jaxdllm distill generate`: teacher, prompts, sampler, out (the teacher's checked answers)
 [optim]        # lr, schedule, warmup_steps, weight_decay, b1, b2, clip, grad_accum
 [train]        # steps, seed, compute_dtype, on_nan
 [lora]         # rank (0 = off), alpha, targets
@@ -17,13 +18,14 @@ Unknown keys and bad values fail at load time with the section and key named.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, PRESETS, ModelConfig
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
 from jaxdllm.train.objectives import make_objective, objective_class
@@ -60,7 +62,8 @@ class DataSection:
     source: str = "tasks"
     tasks: tuple[str, ...] = ("copy", "reverse", "sort", "add", "perm", "pick3")
     examples_per_task: int = 20000
-    path: str | None = None            # jsonl file, or the GSM8K directory
+    path: str | None = None            # jsonl file, the GSM8K directory, or the teacher's answers (default [distill] out)
+    keep: str = "correct"              # source = "teacher": "correct" answers only, or "all"
     split: str = "train"
     on_error: str = "raise"            # malformed jsonl lines: "raise" or "skip"
     seq_len: int = 32
@@ -71,8 +74,9 @@ class DataSection:
 
     def __post_init__(self):
         check_fields(self, "[data] ")
-        _check(self.source in ("tasks", "jsonl", "gsm8k"),
-               f"[data] source must be 'tasks', 'jsonl' or 'gsm8k', got {self.source!r}")
+        _check(self.source in ("tasks", "jsonl", "gsm8k", "teacher"),
+               f"[data] source must be 'tasks', 'jsonl', 'gsm8k' or 'teacher', got {self.source!r}")
+        _check(self.keep in ("correct", "all"), f"[data] keep must be 'correct' or 'all', got {self.keep!r}")
         _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("examples_per_task", "seq_len", "batch_size"):
@@ -81,6 +85,60 @@ class DataSection:
             _check(bool(self.tasks), "[data] tasks is empty: name one or more tasks")
             for task in self.tasks:
                 get_task(task)  # an unknown name lists the registered tasks
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillSection:
+    """`jaxdllm distill generate RECIPE`: the teacher answers a prompt set with `jaxdllm.generate`
+    (`preset` + `sampler` overrides over the teacher's own sampler defaults), each answer is checked
+    (task checker, or the final number against the reference) and written to `out` as JSONL,
+    which `[data] source = "teacher"` trains on. Relative paths are taken from the working
+    directory, like every path of a recipe."""
+
+    teacher: str | None = None         # checkpoint directory (default: [model] init_from)
+    source: str = "tasks"              # prompts: "tasks" | "gsm8k" | "jsonl"
+    tasks: tuple[str, ...] = ("copy", "reverse", "sort", "add", "perm", "pick3")
+    examples_per_task: int = 1000
+    path: str | None = None            # jsonl prompts, or the GSM8K directory
+    split: str = "train"
+    limit: int | None = None           # gsm8k / jsonl: the first `limit` prompts
+    seed: int = 0
+    chat_template: bool = False        # wrap prompts in the teacher tokenizer's chat template
+    dtype: str | None = None           # the teacher's parameter dtype (default: as stored)
+    preset: str = "llada"
+    sampler: dict = dataclasses.field(default_factory=dict)
+    batch_size: int = 64
+    out: str = "teacher.jsonl"
+
+    def __post_init__(self):
+        check_fields(self, "[distill] ")
+        _check(self.source in ("tasks", "gsm8k", "jsonl"),
+               f"[distill] source must be 'tasks', 'gsm8k' or 'jsonl', got {self.source!r}")
+        _check(self.source != "jsonl" or self.path is not None, "[distill] source = 'jsonl' needs path = \"FILE\"")
+        for name in ("examples_per_task", "batch_size"):
+            require_positive_int(getattr(self, name), f"[distill] {name}")
+        if self.limit is not None:
+            require_positive_int(self.limit, "[distill] limit")
+        _check(isinstance(self.seed, int) and self.seed >= 0, f"[distill] seed must be >= 0, got {self.seed!r}")
+        _check(bool(self.out.strip()), "[distill] out is empty: name the JSONL file to write")
+        _check(self.dtype is None or self.dtype in DTYPES, f"[distill] dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.source == "tasks":
+            _check(bool(self.tasks), "[distill] tasks is empty: name one or more tasks")
+            for task in self.tasks:
+                get_task(task)
+        self.sampler_config()  # an unknown preset or a bad sampler setting fails at load time
+
+    def sampler_config(self, defaults: dict | None = None):
+        """The teacher's `SamplerConfig`: `preset`, the checkpoint's `defaults`, then `sampler`."""
+        from jaxdllm.decoding import SamplerConfig
+
+        unknown = sorted(set(self.sampler) - set(SamplerConfig.option_names()))
+        _check(not unknown, f"[distill] sampler has unknown key(s) {unknown}; "
+                            f"options: {list(SamplerConfig.option_names())}")
+        return SamplerConfig.preset(self.preset, **{**(defaults or {}), **self.sampler})
+
+    def __hash__(self):
+        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +243,7 @@ class TrainConfig:
     checkpoint: CheckpointSection = CheckpointSection()
     log: LogSection = LogSection()
     mesh: MeshSection = MeshSection()
+    distill: DistillSection | None = None
 
     def __post_init__(self):
         _check(self.data.batch_size % self.optim.grad_accum == 0,
@@ -192,6 +251,16 @@ class TrainConfig:
                f"{self.optim.grad_accum}")
         _check(objective_class(self.objective.kind).packing or not self.data.pack,
                f"[objective] {self.objective.kind} needs [data] pack = false (one example per row)")
+        _check(self.data.source != "teacher" or self.data.path is not None or self.distill is not None,
+               "[data] source = 'teacher' needs path = \"FILE\" (a `jaxdllm distill generate` output) "
+               "or a [distill] section whose out it reads")
+
+    @property
+    def teacher_answers(self) -> str | None:
+        """The teacher JSONL that `[data] source = "teacher"` reads: `[data] path`, else `[distill] out`."""
+        if self.data.path is not None:
+            return self.data.path
+        return self.distill.out if self.distill is not None else None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
@@ -211,7 +280,7 @@ class TrainConfig:
                 value = dict(value)
                 kwargs[name] = ObjectiveSection(kind=value.pop("kind", ObjectiveSection.kind), settings=value)
                 continue
-            klass = {"data": DataSection, "optim": OptimSection,
+            klass = {"data": DataSection, "optim": OptimSection, "distill": DistillSection,
                      "train": TrainSection, "lora": LoraConfig, "checkpoint": CheckpointSection,
                      "log": LogSection, "mesh": MeshSection}[name]
             known = {f.name for f in dataclasses.fields(klass)}
@@ -238,4 +307,6 @@ class TrainConfig:
         out["model"].update(model["overrides"])
         objective = out.pop("objective")
         out["objective"] = {"kind": objective["kind"], **objective["settings"]}
+        if out["distill"] is None:
+            del out["distill"]
         return out

@@ -42,6 +42,10 @@ def make_training_mesh(section) -> Mesh:
     """The recipe's `(data, fsdp, tensor)` mesh; `data = -1` takes every remaining device."""
     fixed = section.fsdp * section.tensor
     data = section.data if section.data > 0 else jax.device_count() // fixed
+    if data < 1 or data * fixed != jax.device_count():
+        raise ConfigError(f"[mesh] data={section.data} x fsdp={section.fsdp} x tensor={section.tensor} needs "
+                          f"{max(data, 1) * fixed} devices, but this job has {jax.device_count()}: make the product "
+                          "equal the device count (data = -1 takes every device fsdp and tensor leave)")
     return shd.make_mesh(data=data, fsdp=section.fsdp, tensor=section.tensor)
 
 
@@ -171,13 +175,18 @@ def init_optimizer(tx: optax.GradientTransformation, trainable: dict, mesh: Mesh
     return jax.device_put(init(trainable), shardings), shardings
 
 
-def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool = False) -> list[Example]:
+def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool = False,
+                  teacher_answers: str | None = None) -> list[Example]:
     """The training examples a `[data]` section names; prompts wrapped in the tokenizer's chat
-    template when `chat_template`."""
+    template when `chat_template`. `source = "teacher"` reads `teacher_answers` (default
+    `data.path`), a `jaxdllm distill generate` output, keeping the answers `data.keep` says."""
     if data.source == "tasks":
         examples = make_mixture(data.tasks, data.examples_per_task, data.seed, split=data.split)
     elif data.source == "gsm8k":
         examples = load_gsm8k(split=data.split, path=data.path)
+    elif data.source == "teacher":
+        from jaxdllm.train.distill import read_answers
+        examples = read_answers(teacher_answers or data.path, data.keep)
     else:
         examples = read_jsonl(data.path, JsonlConfig(on_error=data.on_error)).records
     if chat_template:

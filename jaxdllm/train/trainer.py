@@ -79,7 +79,8 @@ class Trainer:
         self.step = 0
         self._key = jax.random.key(config.train.seed)
 
-        self.examples = setup.load_examples(config.data, self.tokenizer, config.data.chat_template)
+        self.examples = setup.load_examples(config.data, self.tokenizer, config.data.chat_template,
+                                            teacher_answers=config.teacher_answers)
         self.batch_config = setup.batch_config_for(config)
         self.batches = make_batch_iterator(self.examples, self.tokenizer, self.batch_config)
         self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
