@@ -23,6 +23,7 @@ from jaxdllm.errors import DataError
 from jaxdllm.sharding import make_mesh
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train.distill import check_answer, generate_answers, read_answers
+from jaxdllm.train.distill.teacher import read_prompt_files
 
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-llada-small"
 ONE_TOKEN_PER_STEP = SamplerConfig(gen_length=16, block_length=16, steps=16)
@@ -106,6 +107,26 @@ def test_gsm8k_answers_are_read_as_the_papers_do():
                         "So the total amount of fabric is 2+1=3 bolts of fabric\n#### 3")
     assert not check_answer(house, "I cannot tell.")
     assert check_answer(Example("free text", "", "mine"), "anything") is None   # nothing to check against
+    # MATH-style references (PRM12K): the last \\boxed{} of the solution against the bare answer.
+    half = Example("What is 1/4 + 1/4?", "", "prm12k", "\\frac{1}{2}")
+    assert check_answer(half, "Adding, $\\frac14+\\frac14=\\boxed{\\frac{1}{2}}$.")
+    assert not check_answer(half, "So $\\boxed{\\frac{1}{4}}$.")
+    # A worked solution as the reference: its own final answer counts.
+    assert check_answer(Example("Janet's ducks ...", "", "gsm8k", "She makes 9 * 2 = 18.\n#### 18"), "#### 18")
+
+
+def test_prompt_files_take_the_first_present_keys(tmp_path):
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text('{"question": "Q1?", "answer": "so 3\\n#### 3"}\n\n{"question": "Q2?", "answer": "#### 4"}\n')
+    prm = tmp_path / "prm.jsonl"
+    prm.write_text('{"problem": "P1?", "answer": "\\\\frac{1}{2}", "task": "prm12k"}\n')
+    prompts = read_prompt_files([gsm, prm], ("prompt", "question", "problem"), ("answer", "solution"))
+    assert [(e.prompt, e.answer, e.task) for e in prompts] == [
+        ("Q1?", "so 3\n#### 3", ""), ("Q2?", "#### 4", ""), ("P1?", "\\frac{1}{2}", "prm12k")]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no prompt"}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:1: no string field among \['prompt'\]"):
+        read_prompt_files([bad])
 
 
 def test_a_killed_run_resumes_exactly(tmp_path):

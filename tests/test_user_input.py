@@ -250,7 +250,7 @@ def test_train_empty_or_missing_recipe(capsys, tmp_path):
     ("[distill]\nsampler = { bogus = 1 }\n", [], "[distill] sampler has unknown key(s) ['bogus']"),
     ("[distill]\nsampler = { threshold = 0.9 }\n", [], "not of 'llada'"),
     ("[distill]\nbatch_size = 0\n", [], "[distill] batch_size must be a positive integer"),
-    ("[distill]\nsource = \"jsonl\"\n", [], "[distill] source = 'jsonl' needs path"),
+    ("[distill]\nsource = \"jsonl\"\n", [], "[distill] source = 'jsonl' needs files"),
     ("[distill]\nout = \" \"\n", [], "[distill] out is empty"),
     ("[distill]\ntasks = []\n", [], "[distill] tasks is empty"),
     ("[distill]\n", ["--set", "distill.tasks=copy,nope"], "unknown task 'nope'"),

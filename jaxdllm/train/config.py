@@ -99,7 +99,10 @@ class DistillSection:
     source: str = "tasks"              # prompts: "tasks" | "gsm8k" | "jsonl"
     tasks: tuple[str, ...] = ("copy", "reverse", "sort", "add", "perm", "pick3")
     examples_per_task: int = 1000
-    path: str | None = None            # jsonl prompts, or the GSM8K directory
+    path: str | None = None            # the GSM8K directory (source = "gsm8k")
+    files: tuple[str, ...] = ()        # source = "jsonl": prompt files, read in order
+    prompt_keys: tuple[str, ...] = ("prompt", "question", "problem")  # the first present key is the prompt
+    answer_keys: tuple[str, ...] = ("answer", "solution")             # ... and the reference answer (optional)
     split: str = "train"
     limit: int | None = None           # gsm8k / jsonl: the first `limit` prompts
     seed: int = 0
@@ -114,7 +117,9 @@ class DistillSection:
         check_fields(self, "[distill] ")
         _check(self.source in ("tasks", "gsm8k", "jsonl"),
                f"[distill] source must be 'tasks', 'gsm8k' or 'jsonl', got {self.source!r}")
-        _check(self.source != "jsonl" or self.path is not None, "[distill] source = 'jsonl' needs path = \"FILE\"")
+        _check(self.source != "jsonl" or bool(self.files),
+               "[distill] source = 'jsonl' needs files = [\"FILE\", ...] (prompt JSONL files)")
+        _check(bool(self.prompt_keys), "[distill] prompt_keys is empty: name the field holding the prompt")
         for name in ("examples_per_task", "batch_size"):
             require_positive_int(getattr(self, name), f"[distill] {name}")
         if self.limit is not None:

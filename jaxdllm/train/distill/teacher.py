@@ -31,8 +31,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from jaxdllm.data import get_task, load_gsm8k, make_mixture, read_jsonl
-from jaxdllm.data.answers import final_number, same_number
+from jaxdllm.data import get_task, load_gsm8k, make_mixture
+from jaxdllm.data.answers import extract_final_answer, final_number, same_number
 from jaxdllm.data.jsonl import iter_jsonl_lines
 from jaxdllm.data.records import Example
 from jaxdllm.decoding import Sampler, SamplerConfig
@@ -44,19 +44,42 @@ META_SUFFIX = ".meta.json"
 STATS_SUFFIX = ".stats.json"
 
 
+def read_prompt_files(files: Sequence[str | os.PathLike], prompt_keys: Sequence[str] = ("prompt",),
+                      answer_keys: Sequence[str] = ("answer",)) -> list[Example]:
+    """Prompts from JSONL files, in order: each line's first present `prompt_keys` field is the
+    prompt, its first present `answer_keys` field (optional) the reference answer, `task` its task.
+    A line without a prompt is an error naming the file and line."""
+    out = []
+    for path in files:
+        for number, line in iter_jsonl_lines(path):
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise DataError(f"{path}:{number}: invalid JSON ({e})") from None
+            prompt = next((record[k] for k in prompt_keys if isinstance(record, dict) and k in record), None)
+            if not isinstance(prompt, str):
+                raise DataError(f"{path}:{number}: no string field among {list(prompt_keys)} to use as the prompt")
+            answer = next((record[k] for k in answer_keys if k in record), None)
+            task = record.get("task", "")
+            out.append(Example(prompt, "", task if isinstance(task, str) else "",
+                               None if answer is None else str(answer)))
+    return out
+
+
 def load_prompts(section) -> list[Example]:
     """The prompt set a `[distill]` section names (`jaxdllm.train.config.DistillSection`)."""
     if section.source == "tasks":
         return make_mixture(section.tasks, section.examples_per_task, section.seed, split=section.split)
     if section.source == "gsm8k":
         return load_gsm8k(split=section.split, path=section.path, limit=section.limit)
-    records = read_jsonl(section.path).records
+    records = read_prompt_files(section.files, section.prompt_keys, section.answer_keys)
     return records[:section.limit] if section.limit else records
 
 
 def check_answer(example: Example, response: str) -> bool | None:
     """Whether `response` answers `example`: its task's checker when the task is registered, else
-    its final number against `example.answer`; None when neither applies."""
+    its final answer (`final_answer_text`) against the reference `example.answer` (itself a bare
+    answer or a worked solution); None when neither applies."""
     try:
         task = get_task(example.task) if example.task else None
     except Exception:  # a dataset name (gsm8k, a user's JSONL), not a registered task
@@ -68,7 +91,41 @@ def check_answer(example: Example, response: str) -> bool | None:
             return None
     if example.answer is None:
         return None
-    return same_number(final_number(response), example.answer)
+    mine, reference = final_answer_text(response), final_answer_text(example.answer, reference=True)
+    if mine is None or reference is None:
+        return False
+    return same_number(mine, reference) or _normalised(mine) == _normalised(reference)
+
+
+def final_answer_text(text: str, reference: bool = False) -> str | None:
+    """The final answer a solution states: the last `\\boxed{...}` (MATH style), else the number
+    after `####`, else (for a `reference` answer of one short line, e.g. `\\frac{1}{2}`) the whole
+    text, else the last number (`jaxdllm.data.answers.final_number`)."""
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed
+    marked = extract_final_answer(text)
+    if marked is not None:
+        return marked
+    if reference and "\n" not in text.strip() and 0 < len(text.strip()) <= 32:
+        return text.strip()
+    return final_number(text)
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed{") - 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+    return None
+
+
+def _normalised(answer: str) -> str:
+    return answer.replace(" ", "").replace("$", "").rstrip(".").lower()
 
 
 def _sampler_settings(config: SamplerConfig) -> dict:
