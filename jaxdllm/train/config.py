@@ -64,6 +64,7 @@ class DataSection:
     examples_per_task: int = 20000
     path: str | None = None            # jsonl file, the GSM8K directory, or the teacher's answers (default [distill] out)
     keep: str = "correct"              # source = "teacher": "correct" answers only, or "all"
+    on_too_long: str = "error"         # an example longer than seq_len: "error" or "skip" (counted, warned)
     split: str = "train"
     on_error: str = "raise"            # malformed jsonl lines: "raise" or "skip"
     seq_len: int = 32
@@ -77,6 +78,8 @@ class DataSection:
         _check(self.source in ("tasks", "jsonl", "gsm8k", "teacher"),
                f"[data] source must be 'tasks', 'jsonl', 'gsm8k' or 'teacher', got {self.source!r}")
         _check(self.keep in ("correct", "all"), f"[data] keep must be 'correct' or 'all', got {self.keep!r}")
+        _check(self.on_too_long in ("error", "skip"),
+               f"[data] on_too_long must be 'error' or 'skip', got {self.on_too_long!r}")
         _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("examples_per_task", "seq_len", "batch_size"):

@@ -198,7 +198,7 @@ def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool 
 def batch_config_for(config: TrainConfig) -> BatchConfig:
     """The batching of a recipe; this process keeps its slice of every global batch."""
     return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
-                       pack=config.data.pack, fill_with_eos=not config.data.pack,
+                       pack=config.data.pack, fill_with_eos=not config.data.pack, on_too_long=config.data.on_too_long,
                        add_bos=not config.data.chat_template,  # the template carries its own BOS
                        num_shards=jax.process_count(), shard_index=jax.process_index())
 
