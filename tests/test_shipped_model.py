@@ -1,5 +1,5 @@
-"""The model shipped in checkpoints/ (trained by training/tasks_small_gpu.toml): the README's
-first command works offline, and held-out task prompts are answered as its card reports."""
+"""The models shipped in checkpoints/ (tasks_small_gpu.toml, and its dParallel distillation): the README's
+first command works offline, and held-out task prompts are answered as their cards report."""
 
 import os
 import subprocess
@@ -31,3 +31,19 @@ def test_held_out_accuracy(task, preset):
     config = SamplerConfig.preset(preset, gen_length=16, block_length=16, **steps)
     result = evaluate_task(model, tok, task, config, n=40, seed=7)
     assert result["accuracy"] >= 0.9, result["samples"]
+
+
+DISTILLED = DEFAULT_MODEL.parent / "tasks-llada-small-dparallel"
+
+
+@pytest.mark.skipif(not (DISTILLED / "config.json").is_file(), reason="no shipped distilled checkpoint")
+@pytest.mark.parametrize("task,card_accuracy,card_nfe,base_accuracy", [("sort", 0.94, 1.07, 0.905),
+                                                                       ("add", 0.585, 1.39, 0.375)])
+def test_distilled_model_card(task, card_accuracy, card_nfe, base_accuracy):
+    """The distilled card's entropy-0.2 row on its 200 held-out prompts: within a point of the card,
+    above the base model with the same sampler, in about one forward."""
+    model, tok = from_pretrained(DISTILLED, dtype="float32"), Tokenizer.from_pretrained(DISTILLED)
+    config = SamplerConfig.preset("dparallel", gen_length=16, block_length=16, entropy_threshold=0.2)
+    result = evaluate_task(model, tok, task, config, n=200)
+    assert result["accuracy"] >= card_accuracy - 0.01 and result["accuracy"] > base_accuracy, result
+    assert result["mean_nfe"] <= card_nfe + 0.05, result
