@@ -12,7 +12,7 @@ from typing import Mapping
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,27 @@ DEFAULT_RULES: dict[str, str | tuple[str, ...] | None] = {
 }
 
 
+def auto_mesh(mesh: Mesh) -> Mesh:
+    """`mesh` with every axis in `Auto` mode: the same devices and axis names.
+
+    `jax.make_mesh` makes `Explicit` axes by default (sharding in the types: every gather and
+    contraction over a sharded dimension must say its output sharding). jaxdllm places
+    parameters and batches on the `Auto` twin of a mesh and lets XLA choose the collectives;
+    a call made inside `jax.set_mesh(explicit_mesh)` runs its body under `jax.sharding.auto_axes`.
+    """
+    if all(t == AxisType.Auto for t in mesh.axis_types):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def explicit_context():
+    """The current `jax.set_mesh` mesh (abstract) if any of its axes is `Explicit`, else None."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not any(t == AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return mesh
+
+
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
     """A `(data, fsdp, tensor)` mesh over `devices` (default: all devices)."""
     devices = jax.devices() if devices is None else list(devices)
@@ -41,7 +62,8 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Me
         raise ValueError(
             f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = {need} devices, "
             f"but {len(devices)} are available")
-    return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), MESH_AXES)
+    return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), MESH_AXES,
+                axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
 def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh,
@@ -80,7 +102,9 @@ def constrain(x: jax.Array, logical_axes: tuple[str | None, ...], rules=DEFAULT_
 
 
 def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.State:
-    """A pytree like `state` (abstract or concrete) holding a `NamedSharding` per parameter."""
+    """A pytree like `state` (abstract or concrete) holding a `NamedSharding` per parameter, on
+    `auto_mesh(mesh)`."""
+    mesh = auto_mesh(mesh)
 
     def one(var):
         axes = getattr(var, "logical_axes", None)

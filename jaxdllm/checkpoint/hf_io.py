@@ -116,6 +116,7 @@ def _check_tensors(table: list[TensorMapping], files: dict[str, Path], config: M
 def _placement(shape: tuple, logical_axes, mesh: Mesh | None, rules):
     if mesh is None:
         return SingleDeviceSharding(jax.devices()[0])
+    mesh = shd.auto_mesh(mesh)  # a jax.make_mesh mesh (Explicit axes) is used through its Auto twin
     return NamedSharding(mesh, shd.logical_to_spec(logical_axes, shape, mesh, rules))
 
 

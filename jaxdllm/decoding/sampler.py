@@ -12,6 +12,7 @@ to a multiple of their size; the idle rows start finished and are dropped from t
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import jax
@@ -85,6 +86,25 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     return Prepared(ids, seg, valid, lay, extra, rows)
 
 
+@contextlib.contextmanager
+def _auto_axes_context(params_mesh):
+    """Inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh), decode under the
+    mesh's Auto twin: the parameters' mesh, else the context's. Elsewhere nothing changes."""
+    if shd.explicit_context() is None:
+        yield
+        return
+    with jax.set_mesh(shd.auto_mesh(params_mesh if params_mesh is not None else jax.sharding.get_mesh())):
+        yield
+
+
+def _recreated(key: jax.Array) -> jax.Array:
+    """`key` made again from its host value: a key created under another mesh context carries that
+    mesh in its type."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(np.asarray(jax.random.key_data(key)), impl=jax.random.key_impl(key))
+    return jax.numpy.asarray(np.asarray(key))
+
+
 def _mesh_of(params):
     for leaf in jax.tree.leaves(params):
         if isinstance(getattr(leaf, "sharding", None), NamedSharding):
@@ -109,7 +129,7 @@ class Sampler:
         self._rules = rules
         self._batch_sharding = None
         self._row_multiple = 1
-        mesh = _mesh_of(self._params)
+        mesh = self._mesh = _mesh_of(self._params)
         if mesh is not None:
             spec = shd.logical_to_spec(("batch",), (0,), mesh, rules)  # size 0 divides every axis
             axes = spec[0] if spec[0] is not None else ()
@@ -147,9 +167,11 @@ class Sampler:
             raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
         p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
         filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
-        key = jax.random.PRNGKey(0) if key is None else key
-        state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg), self._place(p.valid),
-                       key, filter_state, method=method_of(config), lay=p.lay, config=config, filter_def=filter_def)
+        with _auto_axes_context(self._mesh):
+            key = jax.random.PRNGKey(0) if key is None else _recreated(key)
+            state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg), self._place(p.valid),
+                           key, filter_state, method=method_of(config), lay=p.lay, config=config,
+                           filter_def=filter_def)
         return _result(state, p, config)
 
     def __call__(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,

@@ -74,6 +74,33 @@ class Transformer(nnx.Module):
           `config.shift_logits`, position i-1 predicts token i; see `align_logits`), plus the
           updated cache when one was given.
         """
+        if shd.explicit_context() is not None:
+            return self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice)
+        return self._forward(input_ids, positions, attention, cache, logits_slice)
+
+    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice):
+        """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
+        runs with the mesh's axes in Auto mode (`jax.sharding.auto_axes`) and the outputs come back
+        sharded over the batch axes (logits also over `vocab`)."""
+        mesh = shd.explicit_context()
+        graphdef, state = nnx.split(self)
+        b, l = input_ids.shape
+        length = l if logits_slice is None else logits_slice[1]
+        start = None if logits_slice is None else logits_slice[0]
+
+        def body(state, input_ids, positions, attention, cache, start):
+            where = None if logits_slice is None else (start, logits_slice[1])
+            return nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
+
+        spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
+        out = spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size))
+        if cache is not None:
+            kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
+            out = (out, KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
+                                segment_ids=spec(("batch", "length"), cache.segment_ids.shape)))
+        return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
+
+    def _forward(self, input_ids, positions, attention, cache, logits_slice):
         c = self.config
         b, l = input_ids.shape
         mask = self.default_mask() if attention is None else attention

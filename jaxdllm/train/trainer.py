@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import make_batch_iterator, save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
@@ -67,17 +68,19 @@ class Trainer:
         # Before anything reads or writes the folder: one run per workdir (process 0 holds it for the job).
         self.lock = (WorkdirLock(self.workdir).acquire()
                      if self.workdir is not None and jax.process_index() == 0 else None)
-        self.mesh = mesh if mesh is not None else setup.make_training_mesh(config.mesh)
+        # A jax.make_mesh mesh (Explicit axes) is used through its Auto twin, and everything the
+        # trainer computes runs under that mesh, whatever mesh context the caller has set.
+        self.mesh = shd.auto_mesh(mesh if mesh is not None else setup.make_training_mesh(config.mesh))
         self.tokenizer = setup.load_tokenizer(config)
-        model = setup.init_model(config, self.tokenizer, self.mesh)
-        self.model_config = model.config
-        self.split = setup.split_for_training(model, config.lora, self.mesh, seed=config.train.seed)
-        self.trainable, self.frozen = self.split.trainable, self.split.frozen
-        del model
-        self.tx, self.schedule = setup.make_optimizer(config.optim, config.train.steps)
-        self.opt_state, self._opt_shardings = setup.init_optimizer(self.tx, self.trainable, self.mesh)
+        with jax.set_mesh(self.mesh):
+            model = setup.init_model(config, self.tokenizer, self.mesh)
+            self.model_config = model.config
+            self.split = setup.split_for_training(model, config.lora, self.mesh, seed=config.train.seed)
+            self.trainable, self.frozen = self.split.trainable, self.split.frozen
+            del model
+            self.tx, self.schedule = setup.make_optimizer(config.optim, config.train.steps)
+            self.opt_state, self._opt_shardings = setup.init_optimizer(self.tx, self.trainable, self.mesh)
         self.step = 0
-        self._key = jax.random.key(config.train.seed)
 
         self.examples = setup.load_examples(config.data, self.tokenizer, config.data.chat_template,
                                             teacher_answers=config.teacher_answers)
@@ -103,7 +106,8 @@ class Trainer:
     def params(self) -> dict:
         """The full parameters, LoRA adapters folded into their kernels."""
         if self.config.lora.enabled:
-            return self.split.merged_params(self.trainable, self.frozen)
+            with jax.set_mesh(self.mesh):
+                return self.split.merged_params(self.trainable, self.frozen)
         return self.trainable
 
     # -- running ---------------------------------------------------------------------------
@@ -113,8 +117,8 @@ class Trainer:
 
     def train_step(self, batch: dict) -> dict:
         """One optimizer step on a host batch; returns host metrics."""
-        key = jax.random.fold_in(self._key, self.step)
         with jax.set_mesh(self.mesh):  # activation sharding constraints resolve against this mesh
+            key = jax.random.fold_in(jax.random.key(self.config.train.seed), self.step)  # under this mesh
             self.trainable, self.opt_state, metrics = self._step_fn(
                 self.trainable, self.frozen, self.opt_state, self._device_batch(batch), key)
         self.step += 1

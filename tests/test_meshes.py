@@ -1,0 +1,113 @@
+"""Models, `generate` and the trainer on a `(2, 2, 2)` mesh of 8 fake CPU devices made both ways:
+`jax.make_mesh` (Explicit axes, JAX's default) and `jaxdllm.sharding.make_mesh` (Auto axes),
+with and without `jax.set_mesh`; every result equals the one-device run."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import AxisType
+
+import jaxdllm
+from jaxdllm import SamplerConfig, generate, sharding
+from jaxdllm.data import build_char_tokenizer, make_batch_iterator, make_mixture
+from jaxdllm.train import TrainConfig, Trainer
+from hf_models import make_hf_model
+from llada_reference import make_llada_checkpoint
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+
+MESHES = {
+    "jax.make_mesh": lambda: jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")),
+    "sharding.make_mesh": lambda: sharding.make_mesh(data=2, fsdp=2, tensor=2),
+}
+
+
+def test_the_two_mesh_kinds_differ():
+    assert set(MESHES["jax.make_mesh"]().axis_types) == {AxisType.Explicit}
+    assert set(MESHES["sharding.make_mesh"]().axis_types) == {AxisType.Auto}
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen_gqa")
+    make_hf_model("qwen2", "gqa").save_pretrained(path)  # 6 heads, 2 kv heads, vocab 128
+    return path
+
+
+@pytest.mark.parametrize("kind", list(MESHES))
+def test_from_pretrained_then_forward(kind, qwen):
+    mesh = MESHES[kind]()
+    ids = np.random.default_rng(0).integers(0, 128, (8, 10)).astype(np.int32)
+    want = np.asarray(jaxdllm.from_pretrained(qwen)(ids))
+    model = jaxdllm.from_pretrained(qwen, mesh=mesh)
+    assert len(model.layers[0].mlp.gate.kernel[...].sharding.device_set) == 8
+    np.testing.assert_allclose(np.asarray(model(ids)), want, atol=1e-5)          # eager, no mesh context
+    with jax.set_mesh(mesh):
+        x = jnp.asarray(ids)                                                     # an array of the context's mesh
+        np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5)
+        got = nnx.jit(lambda m, x: m(x))(model, x)
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
+        grads = nnx.grad(lambda m, x: m(x).astype(jnp.float32).mean())(model, x)
+    assert np.isfinite(np.asarray(grads.embed[...])).all()
+
+
+@pytest.fixture(scope="module")
+def llada(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llada")
+    make_llada_checkpoint(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", list(MESHES))
+def test_generate_equals_one_device(kind, llada):
+    mesh = MESHES[kind]()
+    rng = np.random.default_rng(1)
+    lengths = [3, 7, 5, 8, 2, 6, 8, 4]
+    ids = np.zeros((8, 8), np.int32)
+    attention = np.zeros((8, 8), np.int32)
+    for row, n in enumerate(lengths):                                            # left-padded, ragged
+        ids[row, 8 - n:] = rng.integers(5, 100, n)
+        attention[row, 8 - n:] = 1
+    config = SamplerConfig(gen_length=16, block_length=8, policy="threshold", threshold=0.5)
+    want = generate(jaxdllm.from_pretrained(llada), ids, config, attention_mask=attention)
+    model = jaxdllm.from_pretrained(llada, mesh=mesh)
+    for context in (False, True):
+        if context:
+            with jax.set_mesh(mesh):
+                got = generate(model, ids, config, attention_mask=attention)
+        else:
+            got = generate(model, ids, config, attention_mask=attention)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.nfe, want.nfe)
+
+
+def _recipe() -> TrainConfig:
+    return TrainConfig.from_dict({
+        "model": {"preset": "tiny-llada", "embed_dim": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
+                  "head_dim": 16, "mlp_dim": 64, "max_position": 64, "attention_impl": "xla"},
+        "data": {"examples_per_task": 50, "seq_len": 32, "batch_size": 16},
+        "train": {"steps": 2}, "log": {"every": 1, "progress": False}})
+
+
+@pytest.mark.parametrize("kind", list(MESHES))
+def test_train_step_equals_one_device(kind):
+    config = _recipe()
+    batch = next(make_batch_iterator(make_mixture(config.data.tasks, 50, 0), build_char_tokenizer(),
+                                     Trainer.batch_config_for(config)))
+    single = Trainer(config, mesh=sharding.make_mesh(devices=jax.devices()[:1]))
+    want = single.train_step(batch)
+    mesh = MESHES[kind]()
+    for context in (False, True):
+        if context:                                                              # built and run inside it
+            with jax.set_mesh(mesh):
+                trainer = Trainer(config, mesh=mesh)
+                got = trainer.train_step(batch)
+        else:
+            trainer = Trainer(config, mesh=mesh)
+            got = trainer.train_step(batch)
+        assert len(jax.tree.leaves(trainer.trainable)[0].sharding.device_set) == 8
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+        for a, b in zip(jax.tree.leaves(single.trainable), jax.tree.leaves(trainer.trainable)):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, rtol=1e-4)
