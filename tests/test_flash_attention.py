@@ -119,9 +119,10 @@ def test_block_sizes_follow_coarse_mask_blocks_and_dtype():
 
 def test_dispatcher_per_backend_and_bad_names():
     assert resolve_impl("auto", "cpu") == "reference"
-    assert resolve_impl("auto", "gpu") == "pallas"
-    assert resolve_impl("auto", "tpu") == "xla"
+    assert resolve_impl("auto", "gpu") == "pallas"   # no call to look at: the structured-mask kernel
+    assert resolve_impl("auto", "tpu") == "splash"
     assert resolve_impl("pallas", "cpu") == "pallas"
+    assert resolve_impl("pallas", "tpu") == "splash"  # the Triton kernel does not lower to Mosaic
     with pytest.raises(ValueError, match="attention impl must be one of"):
         resolve_impl("flash")
     q, k, v, _ = _inputs(9, 21, 21, 2, 2)
