@@ -88,12 +88,16 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
 
 @contextlib.contextmanager
 def _auto_axes_context(params_mesh):
-    """Inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh), decode under the
-    mesh's Auto twin: the parameters' mesh, else the context's. Elsewhere nothing changes."""
-    if shd.explicit_context() is None:
-        yield
-        return
-    with jax.set_mesh(shd.auto_mesh(params_mesh if params_mesh is not None else jax.sharding.get_mesh())):
+    """Decode under the parameters' mesh (so activation constraints and the attention kernels'
+    `shard_map` see it), whatever mesh context the caller set; with unsharded parameters inside
+    `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh), under that mesh's Auto twin."""
+    if params_mesh is not None:
+        with jax.set_mesh(shd.auto_mesh(params_mesh)):
+            yield
+    elif shd.explicit_context() is not None:
+        with jax.set_mesh(shd.auto_mesh(jax.sharding.get_mesh())):
+            yield
+    else:
         yield
 
 
