@@ -2,9 +2,11 @@
 
     python -m sampling.benchmark_attention                     # GPU: 2k-8k, head_dim 128
     python -m sampling.benchmark_attention --size tiny         # CPU smoke run (interpret mode)
+    python -m sampling.benchmark_attention --impls splash xla  # TPU: JAX's splash kernel against XLA
 
 For each mask (dense, causal, block diffusion `[x_t; x_0]`, Jacobi-Forcing), length and pass
-(forward, forward+backward) it times `pallas` (this package), `xla` and `cudnn`
+(forward, forward+backward) it times `pallas` (this package's GPU kernel), `splash` (JAX's TPU
+kernel as this package wraps it), `xla` and `cudnn`
 (`jax.nn.dot_product_attention(implementation=...)`; cuDNN gets `is_causal` for the causal
 mask and a dense boolean mask otherwise, which it applies as a bias). It reports ms, TFLOP/s
 of useful work (only visible query/key pairs count: 4*D FLOPs per pair forward, 3.5x that for
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdllm.attention import MaskSpec, tiles
+from jaxdllm.attention.tpu_splash import splash_attention
 from jaxdllm.attention.triton_flash import BlockSizes, flash_attention
 from jaxdllm.attention.reference import reference_attention
 
@@ -50,6 +53,8 @@ def attention_fn(impl: str, mask_name: str, mask: MaskSpec, blocks: BlockSizes, 
     """`f(q, k, v) -> out` for one implementation."""
     if impl == "pallas":
         return lambda q, k, v: flash_attention(q, k, v, mask, block_sizes=blocks, interpret=interpret)
+    if impl == "splash":
+        return lambda q, k, v: splash_attention(q, k, v, mask, interpret=jax.default_backend() != "tpu")
     if impl == "reference":
         return lambda q, k, v: reference_attention(q, k, v, mask)
     if impl == "cudnn" and mask_name == "causal":
@@ -167,7 +172,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for i, mode in enumerate(modes):
         for j, mask in enumerate(masks):
             ax = axes[i][j]
-            for impl in ("pallas", "cudnn", "xla"):
+            for impl in ("pallas", "splash", "cudnn", "xla"):
                 pts = sorted((r["length"], r["tflops"]) for r in rows
                              if r.get("impl") == impl and r["mask"] == mask and r["mode"] == mode and "ms" in r)
                 if pts:
@@ -208,7 +213,8 @@ def main(argv=None) -> int:
         args.batch, args.heads, args.head_dim, args.block = 1, 2, 32, 16
         args.iters, args.reps, args.check_length = 1, 1, 100
     lengths = args.lengths or ([128, 256] if tiny else [2048, 4096, 8192])
-    impls = args.impls or (["pallas", "xla"] if interpret else ["pallas", "cudnn", "xla"])
+    default = {"tpu": ["splash", "xla"], "cpu": ["pallas", "xla"]}.get(jax.default_backend(), ["pallas", "cudnn", "xla"])
+    impls = args.impls or default
     blocks = None  # per mask: BlockSizes.for_mask, the library default
     if args.blocks or tiny:
         blocks = BlockSizes(*(args.blocks or [32, 32, 32, 32]), num_warps=args.num_warps,
