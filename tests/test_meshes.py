@@ -22,6 +22,8 @@ MESHES = {
     "jax.make_mesh": lambda: jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")),
     "sharding.make_mesh": lambda: sharding.make_mesh(data=2, fsdp=2, tensor=2),
 }
+# Auto-axes meshes are also covered by test_sharding.py / test_train.py; their runs here are slow-marked.
+KINDS = ["jax.make_mesh", pytest.param("sharding.make_mesh", marks=pytest.mark.slow)]
 
 
 def test_the_two_mesh_kinds_differ():
@@ -36,7 +38,7 @@ def qwen(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("kind", list(MESHES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_from_pretrained_then_forward(kind, qwen):
     mesh = MESHES[kind]()
     ids = np.random.default_rng(0).integers(0, 128, (8, 10)).astype(np.int32)
@@ -60,7 +62,7 @@ def llada(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("kind", list(MESHES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_generate_equals_one_device(kind, llada):
     mesh = MESHES[kind]()
     rng = np.random.default_rng(1)
@@ -91,7 +93,7 @@ def _recipe() -> TrainConfig:
         "train": {"steps": 2}, "log": {"every": 1, "progress": False}})
 
 
-@pytest.mark.parametrize("kind", list(MESHES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_train_step_equals_one_device(kind):
     config = _recipe()
     batch = next(make_batch_iterator(make_mixture(config.data.tasks, 50, 0), build_char_tokenizer(),

@@ -129,6 +129,7 @@ def test_prompt_files_take_the_first_present_keys(tmp_path):
         read_prompt_files([bad])
 
 
+@pytest.mark.slow  # three fresh processes, each loading JAX and compiling: ~30 s
 def test_a_killed_run_resumes_exactly(tmp_path):
     recipe = tmp_path / "distill.toml"
     recipe.write_text(textwrap.dedent(f"""
@@ -182,6 +183,7 @@ def test_resume_refuses_other_settings_and_foreign_files(teacher, tmp_path):
         generate_answers(model, tok, [], ONE_TOKEN_PER_STEP, tmp_path / "e.jsonl", progress=False)
 
 
+@pytest.mark.slow  # distil, train and generate end to end: ~25 s
 def test_distill_train_generate_commands(tmp_path, capsys):
     """The README's three commands at smoke size: teacher answers, certainty-forcing training
     (LoRA), then the exported model decodes with the dParallel preset."""

@@ -347,6 +347,7 @@ def test_trained_model_generates_with_its_own_sampler_defaults(tmp_path):
         (model_dir / "jaxdllm_sampler.json").read_text()
 
 
+@pytest.mark.slow  # fresh training processes: ~15 s
 def test_steps_behind_or_at_the_run(tmp_path):
     bad = tmp_path / "data.jsonl"
     bad.write_text('{"prompt": "copy 12=", "response": "12"}\nnot json\n' * 20)
@@ -371,6 +372,7 @@ def test_steps_behind_or_at_the_run(tmp_path):
     assert steps == [1, 2, 3, 4]
 
 
+@pytest.mark.slow  # fresh training processes: ~15 s
 def test_two_runs_on_one_folder(tmp_path):
     """The second run refuses (exit 2, naming the first); the first finishes intact and resumable."""
     recipe = _write_recipe(tmp_path)

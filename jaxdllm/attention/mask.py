@@ -74,6 +74,16 @@ class MaskSpec:
         seg = jnp.asarray(attention_mask, jnp.int32)
         return cls(kind=kind, block_size=block_size, q_segment_ids=seg, kv_segment_ids=seg)
 
+    def check_inputs(self, q: jax.Array, k: jax.Array) -> None:
+        """Raise `ValueError` unless `q [B, Lq, H, D]` and `k [B, Lk, Hkv, D]` suit this mask (every
+        kernel checks the same)."""
+        if q.shape[2] % k.shape[2]:
+            raise ValueError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
+        if self.kind == "block_diffusion" and k.shape[1] % 2:
+            raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {k.shape[1]}")
+        if (self.q_segment_ids is None) != (self.kv_segment_ids is None):
+            raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+
     # -- the rule, elementwise on broadcastable physical indices --------------------------------
     def visible(self, q_idx: jax.Array, k_idx: jax.Array) -> jax.Array:
         """Structural visibility (no segment ids) for physical indices; broadcasting bool.

@@ -186,12 +186,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
     """
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
-    if h % hkv:
-        raise ValueError(f"query heads {h} must be a multiple of kv heads {hkv}")
-    if mask.kind == "block_diffusion" and lk % 2:
-        raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {lk}")
-    if (mask.q_segment_ids is None) != (mask.kv_segment_ids is None):
-        raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+    mask.check_inputs(q, k)
     if lq < MIN_QUERY_BLOCK:
         return xla_attention(q, k, v, mask, scale=scale)
     interpret = jax.default_backend() != "tpu" if interpret is None else interpret

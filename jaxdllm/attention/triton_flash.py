@@ -374,12 +374,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     blocks = block_sizes or BlockSizes.for_mask(mask, q.dtype)
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
-    if h % hkv:
-        raise ValueError(f"query heads {h} must be a multiple of kv heads {hkv}")
-    if mask.kind == "block_diffusion" and lk % 2:
-        raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {lk}")
-    if (mask.q_segment_ids is None) != (mask.kv_segment_ids is None):
-        raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+    mask.check_inputs(q, k)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     has_seg = mask.q_segment_ids is not None
     per_row = has_seg or jnp.ndim(mask.prefix_len) == 1
