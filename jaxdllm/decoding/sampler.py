@@ -87,7 +87,7 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
 
 
 @contextlib.contextmanager
-def _auto_axes_context(params_mesh):
+def _decoding_mesh(params_mesh):
     """Decode under the parameters' mesh (so activation constraints and the attention kernels'
     `shard_map` see it), whatever mesh context the caller set; with unsharded parameters inside
     `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh), under that mesh's Auto twin."""
@@ -171,7 +171,7 @@ class Sampler:
             raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
         p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
         filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
-        with _auto_axes_context(self._mesh):
+        with _decoding_mesh(self._mesh):
             key = jax.random.PRNGKey(0) if key is None else _recreated(key)
             state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg), self._place(p.valid),
                            key, filter_state, method=method_of(config), lay=p.lay, config=config,
