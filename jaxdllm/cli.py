@@ -1,7 +1,7 @@
 """The `jaxdllm` command line.
 
   jaxdllm generate [--model DIR] --prompt TEXT [--preset NAME] [overrides]
-  jaxdllm eval [--model DIR] [--tasks copy,add] [--preset NAME]   accuracy and NFE on held-out task prompts
+  jaxdllm eval [--model DIR] [--tasks suite,gsm8k] [--preset P --sweep k=v1,v2]   accuracy, NFE, tokens/s; JSON + PNG
   jaxdllm inspect DIR                  config, parameter count and tensor check of a checkpoint
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
@@ -121,39 +121,56 @@ def _generate(args) -> int:
     return 0
 
 
-def _eval(args) -> int:
-    from jaxdllm.checkpoint import from_pretrained
-    from jaxdllm.data import get_task
+def _eval_samplers(args, model_dir: Path) -> dict:
+    """The labelled sampler settings of `jaxdllm eval` (validated before the model is loaded)."""
     from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
+    from jaxdllm.eval import sampler_settings
+
+    sweep = parse_sets(args.sweep)
+    sweep = {k: v if isinstance(v, list) else [v] for k, v in sweep.items()}
+    if args.preset is None:  # the model card's table: one token per step, and Fast-dLLM's threshold rule
+        if args.set or sweep:
+            raise ConfigError("--set and --sweep need --preset (the sampler they change)")
+        g = args.gen_length or _model_sampler_defaults(model_dir).get("gen_length", 16)
+        return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
+                "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+    overrides = {k: v for k, v in _model_sampler_defaults(model_dir).items() if k not in sweep}
+    sets = parse_sets(args.set)
+    clash = sorted(set(sets) & set(sweep))
+    if clash:
+        raise ConfigError(f"{clash[0]} is both set (--set) and swept (--sweep): keep one")
+    overrides.update(sets)
+    if args.gen_length is not None:
+        overrides["gen_length"] = args.gen_length
+    return sampler_settings(args.preset, overrides, sweep)
+
+
+def _eval(args) -> int:
+    from jaxdllm.checkpoint import from_pretrained
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.eval import evaluate, resolve_tasks
     from jaxdllm.tokenizer import Tokenizer
-    from jaxdllm.train.evaluate import evaluate_tasks
     from jaxdllm.validation import require_positive_int
 
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if not tasks:
-        raise ConfigError("--tasks is empty: name one or more tasks, e.g. --tasks copy,add")
-    for task in tasks:
-        get_task(task)  # an unknown name lists the registered ones
-    require_positive_int(args.n, "--n")
+    n = None if args.n == "all" else _parse_value(args.n)
+    if n is not None:
+        require_positive_int(n, "--n")
+    require_positive_int(args.batch_size, "--batch-size")
+    tasks = resolve_tasks(args.tasks, gsm8k_shots=args.shots, gsm8k_chat=not args.no_chat,
+                          gsm8k_path=args.gsm8k_dir)
+    if n is None and any(t.name != "gsm8k" for t in tasks):
+        raise ConfigError("--n all only applies to GSM8K; the suite tasks need a number of prompts")
     model_dir = _model_dir(args)
-    if args.preset is not None:
-        samplers = {args.preset: _sampler_config(args, model_dir)}
-    else:  # the model card's table: one token per step, and Fast-dLLM's threshold rule
-        if args.set:
-            raise ConfigError("--set needs --preset (the sampler it changes)")
-        g = args.gen_length or _model_sampler_defaults(model_dir).get("gen_length", 16)
-        samplers = {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
-                    "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+    samplers = _eval_samplers(args, model_dir)
+    out = Path(args.out) if args.out else Path("runs") / "eval" / model_dir.resolve().name
+    if out.suffix == ".json":
+        raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
-    results = {}
-    for name, config in samplers.items():
-        results[name] = evaluate_tasks(model, tokenizer, tasks, config, n=args.n)
-        for r in results[name]:
-            print(f"{name:10s} {r['task']:8s} accuracy {r['accuracy']:.3f}  NFE {r['mean_nfe']:.2f}  "
-                  f"answer tokens/forward {r['answer_tokens_per_forward']:.2f}", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
+    evaluate(model, tokenizer, tasks, samplers, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
+             model_id=str(model_dir.resolve()), progress=not args.no_progress,
+             log=lambda line: print(line, flush=True))
+    print(f"wrote {out / 'eval.json'} and {out / 'pareto.png'}", flush=True)
     return 0
 
 
@@ -303,18 +320,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.set_defaults(func=_generate)
-    p = sub.add_parser("eval", help="accuracy, NFE and answer tokens per forward on held-out task-suite prompts")
+    p = sub.add_parser("eval", help="accuracy, NFE, tokens per forward, tokens/s and latency per task; "
+                                    "sweeps; JSON + Pareto PNG; resumable")
     p.add_argument("--model", default=None,
                    help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
-    p.add_argument("--tasks", default="copy,reverse,sort,add,perm,pick3", help="comma-separated task names")
-    p.add_argument("--n", type=int, default=200, help="held-out prompts per task")
+    p.add_argument("--tasks", default="suite",
+                   help="comma-separated: suite task names, the groups 'suite' and 'parallelbench', 'gsm8k'")
+    p.add_argument("--n", default="200", help="prompts per task (GSM8K: the first n of the test split, or 'all')")
+    p.add_argument("--seed", type=int, default=1234, help="draw of the held-out suite prompts")
     p.add_argument("--preset", default=None,
-                   help="evaluate this sampler preset only (default: the llada and threshold samplers of the card)")
+                   help="evaluate this sampler preset (default: the llada and threshold samplers of the card)")
     p.add_argument("--gen-length", dest="gen_length", type=int)
-    for name in ("block_length", "steps", "policy", "cache", "threshold", "temperature"):
-        p.set_defaults(**{name: None})
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a SamplerConfig field (with --preset)")
-    p.add_argument("--out", help="write the results here as JSON")
+    p.add_argument("--sweep", action="append", metavar="KEY=V1,V2,...",
+                   help="evaluate every value (several --sweep: every combination)")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=100, help="prompts per generate call")
+    p.add_argument("--shots", type=int, default=0, help="GSM8K: few-shot exemplars from the train split")
+    p.add_argument("--no-chat", action="store_true", help="GSM8K: plain 'Question: ... Answer:' prompts "
+                                                          "even when the tokenizer has a chat template")
+    p.add_argument("--gsm8k-dir", dest="gsm8k_dir", default=None,
+                   help="directory with GSM8K's test.jsonl (default: $JAXDLLM_GSM8K_DIR, else the shipped copy)")
+    p.add_argument("--out", help="results directory: eval.json, pareto.png, items.jsonl (a rerun resumes); "
+                                 "default runs/eval/<model name>")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
     p = sub.add_parser("inspect", help="show a checkpoint's config and parameter count")
     p.add_argument("path", help="Hugging Face checkpoint directory")

@@ -7,6 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
+import jaxdllm.data.gsm8k as gsm8k_module
+from jaxdllm.data.gsm8k import load_fewshot
+
 from jaxdllm import ConfigError, ModelConfig, Tokenizer
 from jaxdllm.data import (BatchConfig, BatchIterator, CopyTask, DataError, DatasetNotFoundError, Example,
                           JsonlConfig, PickTask, SpecialIds, WordProblemTask, build_char_tokenizer,
@@ -16,7 +19,7 @@ from jaxdllm.data import (BatchConfig, BatchIterator, CopyTask, DataError, Datas
 from jaxdllm.data.char_tokenizer import BOS_ID, CHARS, EOS_ID, MASK_ID, PAD_ID, VOCAB_SIZE
 
 SINGLE = ["copy", "reverse", "sort", "add"]
-MANY = ["perm", "pick3", "word_problems"]
+MANY = ["perm", "pick3", "twin", "word_problems"]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,15 @@ def test_pick_accepts_any_k_items():
     for response in ["314", "531", "245", "152", "425"]:
         assert task.check(prompt, response)
     for response in ["33 ", "334", "316", "31", "3142", "31a", ""]:
+        assert not task.check(prompt, response), response
+
+
+def test_twin_needs_two_equal_digits_of_the_list():
+    task = get_task("twin")
+    prompt = "twin 31425="
+    for response in ["33", "11", "55", " 44\n"]:
+        assert task.check(prompt, response)
+    for response in ["34", "66", "3", "333", "3 3", "aa", ""]:  # disagreeing, absent, wrong length
         assert not task.check(prompt, response), response
     with pytest.raises(ConfigError, match="k <= min_len"):
         PickTask(name="pick9", k=9)
@@ -337,18 +349,29 @@ def test_batching_bad_input(tok):
 
 # -- GSM8K ---------------------------------------------------------------------------------------
 GSM8K = default_gsm8k_dir()
+SHIPPED_DIR = gsm8k_module.SHIPPED_DIR
 
 
-@pytest.mark.skipif(not GSM8K.is_dir(), reason=f"GSM8K data not found at {GSM8K} (set JAXDLLM_GSM8K_DIR)")
-def test_gsm8k_loads_with_numeric_answers():
-    test = load_gsm8k("test", GSM8K)
+def test_gsm8k_test_split_ships_with_the_package():
+    test = load_gsm8k("test", SHIPPED_DIR)  # the copy in jaxdllm/data/gsm8k_files (MIT)
     assert len(test) == 1319
     assert all(float(e.answer) == float(e.answer) for e in test)  # parses as a number
     assert all(e.task == "gsm8k" and e.prompt and "<<" not in e.response for e in test)
+    assert test[0].answer == "18" and test[0].prompt.startswith("Janet\u2019s ducks lay 16 eggs")
+    shots = load_fewshot(3, SHIPPED_DIR)
+    assert [e.answer for e in shots] == ["72", "10", "5"]  # the train split's first problems
+    with pytest.raises(ConfigError, match="only 8 are shipped"):
+        load_fewshot(9, SHIPPED_DIR)
+
+
+@pytest.mark.skipif(not (GSM8K / "train.jsonl").is_file(), reason=f"GSM8K train split not found at {GSM8K} "
+                                                                  "(set JAXDLLM_GSM8K_DIR)")
+def test_gsm8k_train_split_loads():
     train = load_gsm8k("train", GSM8K, limit=50)
     assert len(train) == 50 and train[0].answer == "72"
     assert train[0].response.startswith("Natalia sold 48/2 = 24 clips in May.")
     assert load_gsm8k("train", GSM8K, limit=1, keep_calculator=True)[0].response.count("<<") == 2
+    assert [e.prompt for e in load_fewshot(8, GSM8K)] == [e.prompt for e in load_fewshot(8, SHIPPED_DIR)]
 
 
 def test_gsm8k_errors(tmp_path):

@@ -272,7 +272,19 @@ def test_eval_bad_input(capsys, tmp_path):
     _one_line_error(*_cli(capsys, "eval", "--tasks", "")[::2], "--tasks is empty")
     _one_line_error(*_cli(capsys, "eval", "--n", "0")[::2], "--n must be a positive integer")
     _one_line_error(*_cli(capsys, "eval", "--model", tmp_path)[::2], "config.json is missing")
-    _one_line_error(*_cli(capsys, "eval", "--set", "threshold=0.5")[::2], "--set needs --preset")
+    _one_line_error(*_cli(capsys, "eval", "--set", "threshold=0.5")[::2], "--set and --sweep need --preset")
+    _one_line_error(*_cli(capsys, "eval", "--sweep", "threshold=0.5,0.9")[::2], "need --preset")
+    _one_line_error(*_cli(capsys, "eval", "--preset", "fast-dllm-parallel", "--sweep", "threshold=0.5,0.9",
+                          "--set", "threshold=0.7")[::2], "threshold is both set (--set) and swept")
+    _one_line_error(*_cli(capsys, "eval", "--preset", "fast-dllm-parallel", "--sweep", "treshold=0.5,0.9")[::2],
+                    "unknown sampler option(s) ['treshold']")
+    _one_line_error(*_cli(capsys, "eval", "--preset", "fast-dllm-parallel", "--sweep", "threshold=2,0.9")[::2],
+                    "threshold")
+    _one_line_error(*_cli(capsys, "eval", "--out", tmp_path / "r.json")[::2], "--out is a directory")
+    _one_line_error(*_cli(capsys, "eval", "--n", "all")[::2], "--n all only applies to GSM8K")
+    _one_line_error(*_cli(capsys, "eval", "--n", "ten")[::2], "--n must be a positive integer")
+    _one_line_error(*_cli(capsys, "eval", "--tasks", "gsm8k", "--shots", "9", "--gsm8k-dir", tmp_path)[::2], "only 8 are shipped")
+    _one_line_error(*_cli(capsys, "eval", "--batch-size", "0")[::2], "--batch-size must be a positive integer")
     # The old module entry point is the same command, with the same errors.
     from jaxdllm.train.evaluate import main as evaluate_main
     rc = evaluate_main(["--model", str(tmp_path)])
@@ -281,10 +293,11 @@ def test_eval_bad_input(capsys, tmp_path):
 
 def test_eval_runs_on_the_shipped_model(capsys, tmp_path):
     rc, out, err = _cli(capsys, "eval", "--tasks", "reverse", "--n", "8", "--preset", "fast-dllm-parallel",
-                        "--out", tmp_path / "eval.json")
+                        "--out", tmp_path, "--no-progress")
     assert rc == 0, err
-    result = json.loads((tmp_path / "eval.json").read_text())["fast-dllm-parallel"][0]
-    assert result["task"] == "reverse" and result["n"] == 8 and result["accuracy"] >= 0.75
+    result = json.loads((tmp_path / "eval.json").read_text())["results"]["fast-dllm-parallel"]["reverse"]
+    assert result["n"] == 8 and result["accuracy"] >= 0.75
+    assert result["timing"]["tokens_per_s"] > 0 and (tmp_path / "pareto.png").stat().st_size > 1000
 
 
 def test_inspect_checks_tensors_without_loading(capsys, tmp_path):

@@ -22,12 +22,12 @@ from jaxdllm.errors import DataError, DatasetNotFoundError
 from jaxdllm.tokenizer import decode_response, special_token_ids  # re-exported: used with every dataset
 from jaxdllm.data.splits import instance_split, make_mixture, make_split
 from jaxdllm.data.tasks import (AdditionTask, CopyTask, PermutationTask, PickTask, ReverseTask, SortTask, Task,
-                                get_task, register_task, task_names)
+                                TwinTask, get_task, register_task, task_names)
 from jaxdllm.data.word_problems import WordProblemTask
 
 __all__ = ["AdditionTask", "BATCH_KEYS", "BatchConfig", "BatchIterator", "CopyTask", "DataError",
            "DatasetNotFoundError", "Example", "JsonlConfig", "JsonlDataset", "PermutationTask", "PickTask",
-           "ReverseTask", "SortTask", "SpecialIds", "Task", "TokenizedExample", "WordProblemTask",
+           "ReverseTask", "SortTask", "SpecialIds", "Task", "TwinTask", "TokenizedExample", "WordProblemTask",
            "build_char_tokenizer", "decode_response", "default_gsm8k_dir", "extract_final_answer",
            "get_task", "instance_split", "load_gsm8k", "make_batch_iterator", "make_mixture", "make_split",
            "read_jsonl", "register_task", "same_number", "save_char_tokenizer", "special_token_ids",

@@ -232,6 +232,31 @@ class PickTask(DigitListTask):
 
 
 @dataclasses.dataclass(frozen=True)
+class TwinTask(DigitListTask):
+    """`"twin 31425="` -> any one digit of the list written twice (`"33"`, `"11"`, ...).
+
+    The ParallelBench-style agreement task: the two answer tokens must be the same digit. Each
+    position alone is uniform over the list, so committing both in one step from independent
+    marginals usually writes two different digits (`"34"`), an invalid combination.
+    """
+
+    name: str = "twin"
+    distinct: bool = True
+    verb: ClassVar[str] = "twin"
+    many_answers: ClassVar[bool] = True
+    description: ClassVar[str] = "write any one digit of a 4-8 digit list twice (both tokens must agree)"
+
+    def generate(self, rng):
+        digits = self._draw(rng)
+        return self._make_prompt(digits), digits[int(rng.integers(len(digits)))] * 2
+
+    def check(self, prompt, response):
+        digits = self._digits(prompt)
+        response = response.strip()
+        return len(response) == 2 and response[0] == response[1] and response[0] in digits
+
+
+@dataclasses.dataclass(frozen=True)
 class AdditionTask(Task):
     """`"123+456="` -> `"579"`: the sum of two `num_digits`-digit numbers (no leading zeros)."""
 
@@ -285,5 +310,5 @@ def task_names(many_answers: bool | None = None) -> list[str]:
     return [n for n, t in _REGISTRY.items() if many_answers is None or t.many_answers == many_answers]
 
 
-for _task in (CopyTask(), ReverseTask(), SortTask(), AdditionTask(), PermutationTask(), PickTask()):
+for _task in (CopyTask(), ReverseTask(), SortTask(), AdditionTask(), PermutationTask(), PickTask(), TwinTask()):
     register_task(_task)

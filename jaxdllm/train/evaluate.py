@@ -1,8 +1,9 @@
-"""Task-suite evaluation: decode held-out prompts with `jaxdllm.generate`, check each answer.
+"""Task-suite evaluation of a model during and after training (the model cards' tables).
 
-`evaluate_tasks(model, tokenizer, tasks, sampler_config)` returns per task the accuracy (the
-task's own checker: any valid answer counts for many-answer tasks), the mean NFE per example
-and the mean number of generated answer tokens per forward.
+`evaluate_task(model, tokenizer, task, sampler_config)` returns the accuracy of one suite task on
+its held-out prompts (the task's own checker: any valid answer counts for many-answer tasks), the
+mean NFE per example and the answer tokens per forward. It is `jaxdllm.eval` without a results
+folder; `jaxdllm eval` adds sweeps, GSM8K, resuming and the Pareto plot.
 """
 
 from __future__ import annotations
@@ -10,48 +11,34 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
-from jaxdllm.data import get_task, make_split
-from jaxdllm.decoding import SamplerConfig, generate
+from jaxdllm.data import get_task
+from jaxdllm.decoding import SamplerConfig
+from jaxdllm.eval.runner import ItemStore, left_pad, run_task, setting_key, summarize
+from jaxdllm.eval.tasks import SuiteEvalTask
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
+from jaxdllm.tokenizer import Tokenizer
 
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """`([B, Lmax] ids, [B, Lmax] attention mask)` with every row right-aligned."""
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad_id, np.int32)
-    mask = np.zeros((len(rows), width), np.int32)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row):] = row
-        mask[i, width - len(row):] = 1
-    return ids, mask
+__all__ = ["evaluate_task", "evaluate_tasks", "left_pad"]
 
 
 def evaluate_task(model: Transformer, tokenizer: Tokenizer, task: str, config: SamplerConfig, *,
                   n: int = 200, seed: int = 1234, batch_size: int = 100) -> dict:
-    """Accuracy and NFE of one task on `n` held-out (`split="test"`) examples."""
-    examples = make_split(task, n, seed, split="test")
-    checker = get_task(task)
-    eos = model.config.eos_token_id
-    correct, nfe, answer_tokens, samples = 0, [], [], []
+    """Accuracy and NFE of one task on `n` held-out (`split="test"`) examples.
+
+    Returns `{"task", "many_answers", "n", "accuracy", "mean_nfe", "answer_tokens_per_forward",
+    "seconds", "samples"}` (`samples`: the first three prompts with their responses).
+    """
+    adapter = SuiteEvalTask(task)
+    items = adapter.items(n, seed)
     start = time.perf_counter()
-    for lo in range(0, len(examples), batch_size):
-        chunk = examples[lo:lo + batch_size]
-        ids, mask = left_pad([tokenizer.encode(e.prompt) for e in chunk], model.config.pad_token_id or 0)
-        result = generate(model, ids, config, attention_mask=mask)
-        for example, row, row_nfe in zip(chunk, result.tokens[:, ids.shape[1]:], result.nfe):
-            response = decode_response(tokenizer, row, eos)
-            ok = checker.check(example.prompt, response)
-            correct += ok
-            nfe.append(int(row_nfe))
-            answer_tokens.append(answer_length(row, eos))
-            if len(samples) < 3:
-                samples.append({"prompt": example.prompt, "response": response, "correct": bool(ok)})
-    return {"task": task, "many_answers": checker.many_answers, "n": len(examples),
-            "accuracy": correct / len(examples), "mean_nfe": float(np.mean(nfe)),
-            "answer_tokens_per_forward": float(np.sum(answer_tokens) / max(np.sum(nfe), 1)),
+    records = run_task(model, tokenizer, adapter, items, config, key=setting_key("", config, adapter),
+                       store=ItemStore(None), batch_size=batch_size)
+    row = summarize(records)
+    samples = [{"prompt": item.prompt, "response": r["response"], "correct": r["correct"]}
+               for item, r in zip(items[:3], records)]
+    return {"task": task, "many_answers": get_task(task).many_answers, "n": row["n"],
+            "accuracy": row["accuracy"], "mean_nfe": row["mean_nfe"],
+            "answer_tokens_per_forward": row["answer_tokens_per_forward"],
             "seconds": time.perf_counter() - start, "samples": samples}
 
 

@@ -1,0 +1,148 @@
+"""Decode an evaluation task's items in batches with the compiled sampler, resumably.
+
+`run_task` splits the items into fixed batches (items `[k*B, (k+1)*B)`), decodes each with
+`jaxdllm.generate`, scores every response and appends one JSON line per item to an `ItemStore`.
+A batch is written only once it is complete, so after a kill the next run skips the finished
+batches and decodes the rest in the same batches: the per-item records, and so every metric
+but wall-clock time, are those of an uninterrupted run.
+
+`summarize(records)` turns the records of one (sampler setting, task) into the reported numbers:
+accuracy, mean NFE, answer tokens per forward (answer = generated tokens up to the first EOS),
+and wall-clock throughput and latency (batches that compiled the loop are left out when others
+exist).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from jaxdllm.decoding import SamplerConfig, generate
+from jaxdllm.errors import ConfigError
+from jaxdllm.eval.tasks import EvalItem, EvalTask
+from jaxdllm.models.transformer import Transformer
+from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """`([B, Lmax] ids, [B, Lmax] attention mask)` with every row right-aligned."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, np.int32)
+    mask = np.zeros((len(rows), width), np.int32)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = row
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def setting_key(label: str, config: SamplerConfig, task: EvalTask) -> str:
+    """A short stable key of what decides an item's result: the sampler setting and the task's settings."""
+    text = json.dumps([label, repr(config), task.describe()], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+_COMPILED_SHAPES: set[tuple] = set()  # (config, rows, prompt bucket) decoded in this process
+
+
+class ItemStore:
+    """Per-item results as JSON lines in `path`, appended batch by batch (flushed and synced).
+
+    A truncated last line (a kill in the middle of a write) is ignored on reading.
+    """
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = None if path is None else Path(path)
+        self._records: dict[tuple[str, str], dict] = {}
+        if self.path is not None and self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self._records[(record["key"], record["id"])] = record
+
+    def get(self, key: str, item_id: str) -> dict | None:
+        return self._records.get((key, item_id))
+
+    def add(self, records: list[dict]) -> None:
+        for record in records:
+            self._records[(record["key"], record["id"])] = record
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in records))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: list[EvalItem],
+             config: SamplerConfig, *, key: str, store: ItemStore, batch_size: int = 100,
+             progress=None) -> list[dict]:
+    """Decode and score `items` (fixed batches of `batch_size`), reusing the records in `store`.
+
+    Returns one record per item, in item order: `id`, `response`, `extracted`, `correct`, `nfe`,
+    `answer_tokens`, and the wall-clock `batch_seconds` / `batch_size` / `compiled` of its batch.
+    `progress` is an optional tqdm-like bar advanced by the number of items done.
+    """
+    if not items:
+        raise ConfigError(f"task {task.name!r} has no items to evaluate")
+    eos = model.config.eos_token_id
+    pad = model.config.pad_token_id or 0
+    out = []
+    for lo in range(0, len(items), batch_size):
+        chunk = items[lo:lo + batch_size]
+        done = [store.get(key, item.id) for item in chunk]
+        if all(done):
+            out += done
+            if progress is not None:
+                progress.update(len(chunk))
+            continue
+        ids, mask = left_pad([task.encode(tokenizer, item) for item in chunk], pad)
+        start = time.perf_counter()
+        result = generate(model, ids, config, attention_mask=mask)
+        tokens = np.asarray(result.tokens[:, ids.shape[1]:])
+        seconds = time.perf_counter() - start
+        shape = (repr(config), len(chunk), -(-ids.shape[1] // config.prompt_bucket))
+        compiled, _ = shape not in _COMPILED_SHAPES, _COMPILED_SHAPES.add(shape)
+        records = []
+        for item, row, nfe in zip(chunk, tokens, np.asarray(result.nfe)):
+            response = decode_response(tokenizer, row, eos)
+            records.append({"key": key, "task": task.name, "id": item.id, "response": response,
+                            "extracted": task.extract(response), "correct": bool(task.score(item, response)),
+                            "nfe": int(nfe), "answer_tokens": answer_length(row, eos),
+                            "batch_seconds": seconds, "batch_size": len(chunk), "compiled": compiled})
+        store.add(records)
+        out += records
+        if progress is not None:
+            progress.update(len(chunk))
+    return out
+
+
+def summarize(records: Iterable[dict]) -> dict:
+    """`{"n", "accuracy", "mean_nfe", "answer_tokens_per_forward", "timing": {...}}` of one task's records.
+
+    `timing` holds what depends on the machine and the run: `tokens_per_s` (answer tokens per
+    wall-clock second) and `latency_s` (seconds from a batch's submission to its answers), over
+    the batches that did not compile the loop when there are such batches, else over all.
+    """
+    records = list(records)
+    nfe = np.array([r["nfe"] for r in records], np.float64)
+    answer = np.array([r["answer_tokens"] for r in records], np.float64)
+    batches: dict[tuple, dict] = {}
+    for r in records:  # one entry per decoded batch (its records share the timing)
+        batches.setdefault((r["batch_seconds"], r["batch_size"], r["compiled"]), {"tokens": 0.0})
+        batches[(r["batch_seconds"], r["batch_size"], r["compiled"])]["tokens"] += r["answer_tokens"]
+    warm = {k: v for k, v in batches.items() if not k[2]} or batches
+    seconds = sum(k[0] for k in warm)
+    return {"n": len(records), "accuracy": float(np.mean([r["correct"] for r in records])),
+            "mean_nfe": float(nfe.mean()), "answer_tokens_per_forward": float(answer.sum() / max(nfe.sum(), 1)),
+            "timing": {"tokens_per_s": float(sum(v["tokens"] for v in warm.values()) / max(seconds, 1e-9)),
+                       "latency_s": float(seconds / len(warm)), "batches": len(batches),
+                       "compile_batches": sum(1 for k in batches if k[2])}}
