@@ -1,0 +1,208 @@
+"""`jaxdllm eval`: GSM8K answer extraction on real test-split lines, the shipped model's card
+reproduced, sweeps, the Pareto plot, and a kill/resume that gives the same JSON."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import jaxdllm.eval.runner as runner
+from jaxdllm import Tokenizer, from_pretrained
+from jaxdllm.cli import DEFAULT_MODEL
+from jaxdllm.data import build_char_tokenizer, load_gsm8k
+from jaxdllm.data.gsm8k import SHIPPED_DIR
+from jaxdllm.errors import ConfigError
+from jaxdllm.eval import (Gsm8kEvalTask, SuiteEvalTask, evaluate, resolve_tasks, sampler_settings,
+                          without_timing)
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
+
+# Five lines of GSM8K's test split (MIT, OpenAI), as in jaxdllm/data/gsm8k_files/test.jsonl.
+GSM8K_LINES = [
+    ("Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18 every day at "
+     "the farmer\u2019s market.\n#### 18", "18"),
+    ("It takes 2/2=<<2/2=1>>1 bolt of white fiber\nSo the total amount of fabric is 2+1=<<2+1=3>>3 bolts of "
+     "fabric\n#### 3", "3"),
+    ("The cost of the house and repairs came out to 80,000+50,000=$<<80000+50000=130000>>130,000\nHe increased "
+     "the value of the house by 80,000*1.5=<<80000*1.5=120000>>120,000\nSo the new value of the house is "
+     "120,000+80,000=$<<120000+80000=200000>>200,000\nSo he made a profit of "
+     "200,000-130,000=$<<200000-130000=70000>>70,000\n#### 70000", "70000"),
+    ("He sprints 3*3=<<3*3=9>>9 times\nSo he runs 9*60=<<9*60=540>>540 meters\n#### 540", "540"),
+]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return from_pretrained(DEFAULT_MODEL, dtype="float32"), Tokenizer.from_pretrained(DEFAULT_MODEL)
+
+
+# -- GSM8K extraction ----------------------------------------------------------------------------
+@pytest.mark.parametrize("solution,answer", GSM8K_LINES)
+def test_gsm8k_extraction_on_real_test_lines(solution, answer):
+    task = Gsm8kEvalTask()
+    item = runner.EvalItem("x", "q", answer)
+    assert task.extract(solution) == answer and task.score(item, solution)
+    # Without the '####' line an instruct model's free-form answer is read by its last number.
+    body = solution.rsplit("\n####", 1)[0]
+    assert task.extract(body + f"\nThe answer is ${int(answer):,}.") == answer
+    # A few-shot continuation that goes on to write the next question is cut there.
+    assert task.extract(solution + "\n\nQuestion: Tom has 7 apples.\nAnswer: 7 - 2 = 5\n#### 5") == answer
+    assert not task.score(item, body.replace(answer, str(int(answer) + 1)) + "\n#### " + str(int(answer) + 1))
+
+
+def test_gsm8k_reference_solutions_score_correct_on_the_whole_split():
+    task = Gsm8kEvalTask()
+    items = task.items(None, 0)
+    solutions = [e.response for e in load_gsm8k("test", SHIPPED_DIR)]
+    assert len(items) == 1319
+    assert all(task.score(item, text) for item, text in zip(items, solutions))
+    assert sum(task.score(item, "#### 0") for item in items) < 5  # a constant answer is rarely right
+
+
+def test_gsm8k_prompts_plain_and_chat():
+    tok = build_char_tokenizer()
+    item = Gsm8kEvalTask().items(1, 0)[0]
+    plain = tok.decode(Gsm8kEvalTask(shots=2, chat=False).encode(tok, item))
+    assert plain.startswith("Question: Natalia sold clips") and plain.endswith("Answer:")
+    assert plain.count("Question: ") == 3 and "#### 72" in plain and "#### 10" in plain
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    chat = tok.decode(Gsm8kEvalTask(shots=1).encode(tok, item))
+    assert chat.startswith("<user>Natalia sold clips") and "<assistant>Natalia sold 48/2 = 24" in chat
+    assert chat.endswith("at the farmers' market?<assistant>")  # (the character vocabulary has no \u2019)
+
+
+def test_resolve_tasks_expands_groups():
+    names = [t.name for t in resolve_tasks("suite,parallelbench,gsm8k,copy")]
+    assert names == ["copy", "reverse", "sort", "add", "perm", "pick3", "twin", "gsm8k"]
+    with pytest.raises(ConfigError, match="unknown task 'nope'.*or a group"):
+        resolve_tasks("nope")
+
+
+# -- sweeps ---------------------------------------------------------------------------------------
+def test_sweep_is_a_product_of_validated_settings():
+    settings = sampler_settings("fast-dllm-parallel", {"gen_length": 16, "block_length": 16},
+                                {"threshold": [0.5, 0.9], "temperature": [0.0, 1.0]})
+    assert list(settings) == ["fast-dllm-parallel threshold=0.5 temperature=0.0",
+                              "fast-dllm-parallel threshold=0.5 temperature=1.0",
+                              "fast-dllm-parallel threshold=0.9 temperature=0.0",
+                              "fast-dllm-parallel threshold=0.9 temperature=1.0"]
+    assert settings["fast-dllm-parallel threshold=0.9 temperature=0.0"].threshold == 0.9
+    with pytest.raises(ConfigError, match="threshold"):
+        sampler_settings("fast-dllm-parallel", {}, {"threshold": [1.5]})
+
+
+def test_sweep_trades_accuracy_for_forwards_on_the_shipped_model(shipped, tmp_path):
+    model, tok = shipped
+    samplers = sampler_settings("fast-dllm-parallel", {"gen_length": 16, "block_length": 16},
+                                {"threshold": [0.05, 0.9]})
+    report = evaluate(model, tok, resolve_tasks("perm,twin"), samplers, n=24, batch_size=12, out=tmp_path,
+                      progress=False, log=lambda line: None)
+    low, high = (report["results"][f"fast-dllm-parallel threshold={t}"] for t in (0.05, 0.9))
+    # A low threshold commits many tokens per forward, and on perm mixes permutations into invalid answers.
+    assert low["perm"]["answer_tokens_per_forward"] > 2 * high["perm"]["answer_tokens_per_forward"]
+    assert low["perm"]["accuracy"] < high["perm"]["accuracy"]
+    assert high["twin"]["n"] == 24 and 0 <= high["twin"]["accuracy"] <= 1  # the model never saw twin
+    assert set(high["mean"]) == {"n", "accuracy", "mean_nfe", "answer_tokens_per_forward"}
+    assert (tmp_path / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "eval.json").read_text()) == report
+
+
+# -- resume ---------------------------------------------------------------------------------------
+def test_interrupted_run_resumes_to_the_same_json(shipped, tmp_path, monkeypatch):
+    model, tok = shipped
+    tasks = resolve_tasks("reverse,pick3")
+    samplers = sampler_settings("fast-dllm-parallel", {"gen_length": 16, "block_length": 16})
+    kw = dict(n=12, batch_size=4, progress=False, log=lambda line: None)
+    whole = evaluate(model, tok, tasks, samplers, out=tmp_path / "whole", **kw)
+
+    calls = []
+    real_generate = runner.generate
+
+    def dies_on_the_fourth_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real_generate(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "generate", dies_on_the_fourth_batch)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(model, tok, tasks, samplers, out=tmp_path / "resumed", **kw)
+    assert not (tmp_path / "resumed" / "eval.json").exists()
+    with open(tmp_path / "resumed" / "items.jsonl", "a") as f:
+        f.write('{"key": "trunc')  # a write cut by the kill
+    calls.clear()
+    resumed = evaluate(model, tok, tasks, samplers, out=tmp_path / "resumed", **kw)
+    assert len(calls) == 3  # only the batches that had not finished
+    assert without_timing(resumed) == without_timing(whole)
+    assert json.loads((tmp_path / "resumed" / "eval.json").read_text()) == resumed
+
+
+@pytest.mark.slow
+def test_killed_cli_run_resumes_to_the_same_json(tmp_path):
+    """A real SIGKILL in the middle of `jaxdllm eval`, then the same command again."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+
+    def command(out):
+        return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "16",
+                "--batch-size", "4", "--preset", "fast-dllm-parallel", "--out", str(out), "--no-progress"]
+
+    subprocess.run(command(tmp_path / "whole"), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(command(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    items = tmp_path / "killed" / "items.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if items.is_file() and len(items.read_text().splitlines()) >= 8:  # two batches written
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = len(items.read_text().splitlines())
+    assert 8 <= written < 32, written  # killed in the middle
+    subprocess.run(command(tmp_path / "killed"), check=True, env=env, capture_output=True)
+    whole, resumed = (json.loads((tmp_path / d / "eval.json").read_text()) for d in ("whole", "killed"))
+    assert without_timing(resumed) | {"model": None} == without_timing(whole) | {"model": None}
+
+
+# -- the shipped model's card ---------------------------------------------------------------------
+def _card_rows():
+    card = json.loads((DEFAULT_MODEL / "eval.json").read_text())
+    return [(sampler, row) for sampler, rows in card.items() for row in rows]
+
+
+def _check_against_card(report, rows):
+    for sampler, row in rows:
+        got = report["results"][sampler][row["task"]]
+        assert got["n"] == row["n"] == 200
+        assert got["accuracy"] == pytest.approx(row["accuracy"], abs=1e-9), (sampler, row["task"])
+        assert got["mean_nfe"] == pytest.approx(row["mean_nfe"], abs=1e-9), (sampler, row["task"])
+        assert got["answer_tokens_per_forward"] == pytest.approx(row["answer_tokens_per_forward"], rel=1e-9)
+
+
+def test_eval_reproduces_the_card_rows_of_two_tasks(capsys, tmp_path):
+    """`jaxdllm eval` with the card's default samplers on two tasks (the slow test runs every row)."""
+    from jaxdllm.cli import main
+
+    rows = [(s, r) for s, r in _card_rows() if r["task"] in ("reverse", "pick3")]
+    assert main(["eval", "--tasks", "reverse,pick3", "--out", str(tmp_path), "--no-progress"]) == 0
+    _check_against_card(json.loads((tmp_path / "eval.json").read_text()), rows)
+
+
+@pytest.mark.slow
+def test_eval_reproduces_the_whole_card(tmp_path):
+    from jaxdllm.cli import main
+
+    assert main(["eval", "--tasks", "suite", "--out", str(tmp_path), "--no-progress"]) == 0
+    _check_against_card(json.loads((tmp_path / "eval.json").read_text()), _card_rows())
+
+
+def test_suite_items_are_the_held_out_split():
+    items = SuiteEvalTask("copy").items(5, 1234)
+    from jaxdllm.data import instance_split
+
+    assert all(instance_split("copy", i.prompt) == "test" and i.id == i.prompt for i in items)
