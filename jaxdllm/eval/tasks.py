@@ -98,6 +98,17 @@ class SuiteEvalTask(EvalTask):
 QUESTION, ANSWER = "Question: ", "\nAnswer:"
 
 
+def gsm8k_answer(response: str) -> str:
+    """The answer a GSM8K response gives: cut at the next `"Question:"` (a few-shot continuation),
+    then the number after the last `####`, else the last number; `""` if there is none."""
+    return final_number(response.split("Question:")[0]) or ""
+
+
+def gsm8k_correct(response: str, reference: str | None) -> bool:
+    """Whether `gsm8k_answer(response)` equals the reference number (`"18"` == `"18.00"`)."""
+    return same_number(gsm8k_answer(response), reference)
+
+
 @dataclasses.dataclass(frozen=True)
 class Gsm8kEvalTask(EvalTask):
     """GSM8K's test split. `shots` exemplars come from the train split's first problems.
@@ -136,10 +147,10 @@ class Gsm8kEvalTask(EvalTask):
         return tokenizer.encode(f"{shots}{QUESTION}{item.prompt}{ANSWER}")
 
     def extract(self, response):
-        return final_number(response.split("Question:")[0]) or ""
+        return gsm8k_answer(response)
 
     def score(self, item, response):
-        return same_number(self.extract(response), item.reference)
+        return gsm8k_correct(response, item.reference)
 
     def describe(self):
         path = str(Path(self.path).resolve()) if self.path else str(default_gsm8k_dir())
