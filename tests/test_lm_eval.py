@@ -51,6 +51,7 @@ def test_lm_eval_equals_jaxdllm_eval_on_suite_items(tmp_path):
         assert report["results"]["s"][name]["accuracy"] == pytest.approx(out["results"][f"jaxdllm_suite_{name}"]["acc,none"])
 
 
+@pytest.mark.slow
 def test_lm_eval_gsm8k_local_task_scores_like_jaxdllm_eval(tmp_path):
     """GSM8K from the local files: the same responses and numeric scoring as `jaxdllm eval --tasks gsm8k`.
     (The shipped digit model cannot solve GSM8K; its context is widened so that the questions fit.)"""
