@@ -35,7 +35,6 @@ if "google.colab" in sys.modules:  # Colab: the repository and its install
 # %%
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import jax

@@ -47,7 +47,7 @@ def load_fewshot(k: int, path: str | os.PathLike | None = None) -> list[Example]
     directory = Path(path) if path is not None else default_gsm8k_dir()
     if not (directory / "train.jsonl").is_file():
         directory = SHIPPED_DIR
-        available = sum(1 for _ in open(directory / "train_fewshot.jsonl"))
+        available = len((directory / "train_fewshot.jsonl").read_text().splitlines())
         if k > available:
             raise ConfigError(f"{k}-shot needs {k} train problems; only {available} are shipped: "
                               f"pass a GSM8K directory with train.jsonl (or set ${ENV_VAR})")

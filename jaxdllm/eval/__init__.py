@@ -10,8 +10,8 @@
 """
 
 from jaxdllm.eval.evaluate import evaluate, plot_pareto, sampler_settings, without_timing
-from jaxdllm.eval.runner import ItemStore, left_pad, run_task, summarize
+from jaxdllm.eval.runner import ItemStore, decode_rows, left_pad, run_task, summarize
 from jaxdllm.eval.tasks import EvalItem, EvalTask, Gsm8kEvalTask, SuiteEvalTask, resolve_tasks
 
-__all__ = ["EvalItem", "EvalTask", "Gsm8kEvalTask", "ItemStore", "SuiteEvalTask", "evaluate", "left_pad",
+__all__ = ["EvalItem", "EvalTask", "Gsm8kEvalTask", "ItemStore", "SuiteEvalTask", "decode_rows", "evaluate", "left_pad",
            "plot_pareto", "resolve_tasks", "run_task", "sampler_settings", "summarize", "without_timing"]

@@ -105,7 +105,7 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
             log(f"{label:28s} {task.name:8s} accuracy {r['accuracy']:.3f}  NFE {r['mean_nfe']:.2f}  "
                 f"answer tokens/forward {r['answer_tokens_per_forward']:.2f}  "
                 f"{r['timing']['tokens_per_s']:.1f} tokens/s  latency {r['timing']['latency_s']:.2f}s")
-        rows["mean"] = _mean_row({k: v for k, v in rows.items()})
+        rows["mean"] = _mean_row(rows)
         report["results"][label] = rows
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ and call `lm_eval.simple_evaluate(model="jaxdllm", ...)`.
 from __future__ import annotations
 
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +35,9 @@ from tqdm.auto import tqdm
 from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
 from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.errors import ConfigError
-from jaxdllm.eval.runner import left_pad
+from jaxdllm.eval.runner import decode_rows
 from jaxdllm.models.transformer import align_logits
-from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
+from jaxdllm.tokenizer import Tokenizer
 
 _LM_EVAL_KEYS = {"device", "max_batch_size"}  # lm-eval passes these to every model
 
@@ -104,8 +103,6 @@ class JaxdllmLM(LM):
     # -- generation -------------------------------------------------------------------------------
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Decode each request's context; cut at its `until` strings. `[len(requests)]` texts."""
-        eos = self.model.config.eos_token_id
-        pad = self.model.config.pad_token_id or 0
         out, nfe, answer, seconds = [], 0, 0, 0.0
         bar = tqdm(total=len(requests), desc="jaxdllm generate_until", disable=disable_tqdm)
         for lo in range(0, len(requests), self.batch_size):
@@ -114,17 +111,14 @@ class JaxdllmLM(LM):
             kwargs = chunk[0].args[1] if len(chunk[0].args) > 1 else {}
             if kwargs.get("do_sample") and kwargs.get("temperature", 0) > 0:
                 config = config.replace(temperature=float(kwargs["temperature"]))
-            ids, mask = left_pad([self._encode(r.args[0]) for r in chunk], pad)
-            start = time.perf_counter()
-            result = generate(self.model, ids, config, attention_mask=mask)
-            tokens = np.asarray(result.tokens[:, ids.shape[1]:])
-            seconds += time.perf_counter() - start
-            for request, row, row_nfe in zip(chunk, tokens, np.asarray(result.nfe)):
-                text = decode_response(self.tokenizer, row, eos)
+            texts, row_nfe, row_answer, batch_seconds, _ = decode_rows(
+                self.model, self.tokenizer, [self._encode(r.args[0]) for r in chunk], config)
+            for request, text in zip(chunk, texts):
                 until = (request.args[1] if len(request.args) > 1 else {}).get("until")
                 out.append(cut_at_stops(text, until))
-                nfe += int(row_nfe)
-                answer += answer_length(row, eos)
+            nfe += int(np.sum(row_nfe))
+            answer += int(np.sum(row_answer))
+            seconds += batch_seconds
             bar.update(len(chunk))
         bar.close()
         self.stats = {"requests": len(requests), "mean_nfe": nfe / max(len(requests), 1),

@@ -82,19 +82,36 @@ class ItemStore:
             os.fsync(f.fileno())
 
 
+def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]], config: SamplerConfig):
+    """Left-pad the prompt ids `rows` (B lists), decode them in one `generate` call.
+
+    Returns `(responses [B] texts up to EOS, nfe [B], answer_tokens [B], seconds, compiled)`;
+    `compiled` says whether this (config, rows, prompt bucket) shape was new to this process.
+    """
+    eos = model.config.eos_token_id
+    ids, mask = left_pad(rows, model.config.pad_token_id or 0)
+    start = time.perf_counter()
+    result = generate(model, ids, config, attention_mask=mask)
+    tokens = np.asarray(result.tokens[:, ids.shape[1]:])
+    seconds = time.perf_counter() - start
+    shape = (repr(config), len(rows), -(-ids.shape[1] // config.prompt_bucket))
+    compiled, _ = shape not in _COMPILED_SHAPES, _COMPILED_SHAPES.add(shape)
+    responses = [decode_response(tokenizer, row, eos) for row in tokens]
+    return responses, np.asarray(result.nfe), [answer_length(row, eos) for row in tokens], seconds, compiled
+
+
 def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: list[EvalItem],
              config: SamplerConfig, *, key: str, store: ItemStore, batch_size: int = 100,
              progress=None) -> list[dict]:
     """Decode and score `items` (fixed batches of `batch_size`), reusing the records in `store`.
 
     Returns one record per item, in item order: `id`, `response`, `extracted`, `correct`, `nfe`,
-    `answer_tokens`, and the wall-clock `batch_seconds` / `batch_size` / `compiled` of its batch.
+    `answer_tokens`, its `batch` index, and that batch's wall-clock `batch_seconds` and whether
+    it `compiled` the loop.
     `progress` is an optional tqdm-like bar advanced by the number of items done.
     """
     if not items:
         raise ConfigError(f"task {task.name!r} has no items to evaluate")
-    eos = model.config.eos_token_id
-    pad = model.config.pad_token_id or 0
     out = []
     for lo in range(0, len(items), batch_size):
         chunk = items[lo:lo + batch_size]
@@ -104,20 +121,13 @@ def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: li
             if progress is not None:
                 progress.update(len(chunk))
             continue
-        ids, mask = left_pad([task.encode(tokenizer, item) for item in chunk], pad)
-        start = time.perf_counter()
-        result = generate(model, ids, config, attention_mask=mask)
-        tokens = np.asarray(result.tokens[:, ids.shape[1]:])
-        seconds = time.perf_counter() - start
-        shape = (repr(config), len(chunk), -(-ids.shape[1] // config.prompt_bucket))
-        compiled, _ = shape not in _COMPILED_SHAPES, _COMPILED_SHAPES.add(shape)
-        records = []
-        for item, row, nfe in zip(chunk, tokens, np.asarray(result.nfe)):
-            response = decode_response(tokenizer, row, eos)
-            records.append({"key": key, "task": task.name, "id": item.id, "response": response,
-                            "extracted": task.extract(response), "correct": bool(task.score(item, response)),
-                            "nfe": int(nfe), "answer_tokens": answer_length(row, eos),
-                            "batch_seconds": seconds, "batch_size": len(chunk), "compiled": compiled})
+        responses, nfe, answer_tokens, seconds, compiled = decode_rows(
+            model, tokenizer, [task.encode(tokenizer, item) for item in chunk], config)
+        records = [{"key": key, "task": task.name, "id": item.id, "response": response,
+                    "extracted": task.extract(response), "correct": bool(task.score(item, response)),
+                    "nfe": int(n), "answer_tokens": int(a), "batch": lo // batch_size,
+                    "batch_seconds": seconds, "compiled": compiled}
+                   for item, response, n, a in zip(chunk, responses, nfe, answer_tokens)]
         store.add(records)
         out += records
         if progress is not None:
@@ -135,14 +145,15 @@ def summarize(records: Iterable[dict]) -> dict:
     records = list(records)
     nfe = np.array([r["nfe"] for r in records], np.float64)
     answer = np.array([r["answer_tokens"] for r in records], np.float64)
-    batches: dict[tuple, dict] = {}
-    for r in records:  # one entry per decoded batch (its records share the timing)
-        batches.setdefault((r["batch_seconds"], r["batch_size"], r["compiled"]), {"tokens": 0.0})
-        batches[(r["batch_seconds"], r["batch_size"], r["compiled"])]["tokens"] += r["answer_tokens"]
-    warm = {k: v for k, v in batches.items() if not k[2]} or batches
-    seconds = sum(k[0] for k in warm)
+    batches: dict[int, dict] = {}  # batch index -> its seconds, compile flag and answer tokens
+    for r in records:
+        batch = batches.setdefault(r["batch"], {"seconds": r["batch_seconds"], "compiled": r["compiled"],
+                                                "tokens": 0})
+        batch["tokens"] += r["answer_tokens"]
+    warm = [b for b in batches.values() if not b["compiled"]] or list(batches.values())
+    seconds = sum(b["seconds"] for b in warm)
     return {"n": len(records), "accuracy": float(np.mean([r["correct"] for r in records])),
             "mean_nfe": float(nfe.mean()), "answer_tokens_per_forward": float(answer.sum() / max(nfe.sum(), 1)),
-            "timing": {"tokens_per_s": float(sum(v["tokens"] for v in warm.values()) / max(seconds, 1e-9)),
+            "timing": {"tokens_per_s": float(sum(b["tokens"] for b in warm) / max(seconds, 1e-9)),
                        "latency_s": float(seconds / len(warm)), "batches": len(batches),
-                       "compile_batches": sum(1 for k in batches if k[2])}}
+                       "compile_batches": sum(b["compiled"] for b in batches.values())}}

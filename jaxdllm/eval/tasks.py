@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from pathlib import Path
 
 from jaxdllm.data import get_task, make_split
@@ -47,7 +48,6 @@ class EvalTask(abc.ABC):
     """A benchmark as items, an encoding and a scoring rule."""
 
     name: str
-    many_answers: bool = False
 
     @abc.abstractmethod
     def items(self, n: int | None, seed: int) -> list[EvalItem]:
@@ -78,10 +78,6 @@ class SuiteEvalTask(EvalTask):
 
     def __post_init__(self):
         get_task(self.name)  # an unknown name lists the registered ones
-
-    @property
-    def many_answers(self) -> bool:
-        return get_task(self.name).many_answers
 
     def items(self, n, seed):
         if n is None:
@@ -127,23 +123,25 @@ class Gsm8kEvalTask(EvalTask):
     def __post_init__(self):
         if not isinstance(self.shots, int) or self.shots < 0:
             raise ConfigError(f"gsm8k shots must be an integer >= 0, got {self.shots!r}")
-        load_fewshot(self.shots, self.path)  # too many shots fail before any model is loaded
+        self._exemplars  # too many shots fail before any model is loaded
 
     def items(self, n, seed):
         examples = load_gsm8k("test", self.path, limit=n)
         return [EvalItem(f"test-{i}", e.prompt, e.answer) for i, e in enumerate(examples)]
 
-    def _exemplars(self):
+    @functools.cached_property
+    def _exemplars(self) -> list[tuple[str, str]]:
+        """The few-shot (question, solution) pairs, read once."""
         return [(e.prompt, e.response) for e in load_fewshot(self.shots, self.path)]
 
     def encode(self, tokenizer, item):
         if self.chat and tokenizer.chat_template:
             messages = []
-            for question, answer in self._exemplars():
+            for question, answer in self._exemplars:
                 messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
             messages.append({"role": "user", "content": item.prompt})
             return tokenizer.apply_chat_template(messages, tokenize=True)
-        shots = "".join(f"{QUESTION}{q}{ANSWER} {a}\n\n" for q, a in self._exemplars())
+        shots = "".join(f"{QUESTION}{q}{ANSWER} {a}\n\n" for q, a in self._exemplars)
         return tokenizer.encode(f"{shots}{QUESTION}{item.prompt}{ANSWER}")
 
     def extract(self, response):
