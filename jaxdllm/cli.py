@@ -6,6 +6,7 @@
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
   jaxdllm distill generate RECIPE.toml   the teacher's checked answers for distillation ([distill] section)
+  jaxdllm distill trajectories RECIPE.toml   ... with every Jacobi state (Jacobi Forcing, CLLM)
 """
 
 from __future__ import annotations
@@ -284,7 +285,8 @@ def _distill_generate(args) -> int:
                              progress=config.log.progress and not args.no_progress,
                              meta={"teacher": str(Path(teacher).resolve()), "source": section.source,
                                    "tasks": list(section.tasks) if section.source == "tasks" else None,
-                                   "split": section.split})
+                                   "split": section.split},
+                             trajectories=args.distill_command == "trajectories")
     for task, s in stats["tasks"].items():
         print(f"{task:10s} answers {s['n']:6d}  kept {s['kept_rate']:.1%}  NFE {s['mean_nfe']:.2f}  "
               f"answer tokens/forward {s['answer_tokens_per_forward']:.2f}", flush=True)
@@ -355,16 +357,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shard-size", default="5GB", help="bytes per safetensors file, e.g. 2GB")
     p.add_argument("--orbax", action="store_true", help="write jaxdllm orbax state instead of safetensors")
     p.set_defaults(func=_convert)
-    p = sub.add_parser("distill", help="distillation data: the teacher's checked answers (dParallel)")
+    p = sub.add_parser("distill", help="distillation data: the teacher's checked answers (dParallel) or its "
+                                          "Jacobi trajectories (Jacobi Forcing, CLLM)")
     distill = p.add_subparsers(dest="distill_command", required=True)
-    p = distill.add_parser("generate", help="the teacher answers the recipe's [distill] prompts; checked "
-                                            "answers to JSONL (resumes an interrupted run)")
-    p.add_argument("recipe", help="TOML recipe with a [distill] section")
-    p.add_argument("--out", help="JSONL file to write (default: [distill] out)")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
-    p.set_defaults(func=_distill_generate)
+    for name, about in (("generate", "the teacher answers the recipe's [distill] prompts; checked answers to JSONL "
+                                     "(resumes an interrupted run)"),
+                        ("trajectories", "the same with every decoding state recorded (Jacobi Forcing, CLLM: "
+                                         "[distill] preset = \"jacobi\")")):
+        p = distill.add_parser(name, help=about)
+        p.add_argument("recipe", help="TOML recipe with a [distill] section")
+        p.add_argument("--out", help="JSONL file to write (default: [distill] out)")
+        p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
+        p.set_defaults(func=_distill_generate)
     p = sub.add_parser("train", help="train or fine-tune from a recipe (training/*.toml)")
     p.add_argument("recipe", help="TOML recipe")
     p.add_argument("--workdir", help="checkpoints + metrics.jsonl (default: the recipe's [checkpoint] dir)")

@@ -105,10 +105,13 @@ class BatchConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TokenizedExample:
-    """`ids` = `[BOS] prompt response [EOS]` (int32); the first `prompt_len` ids are BOS + prompt."""
+    """`ids` = `[BOS] prompt response [EOS]` (int32); the first `prompt_len` ids are BOS + prompt.
+    `positions` (int32, like `ids`): position ids when they are not `0, 1, ...` (packed layouts
+    such as Jacobi Forcing's, where two blocks share positions)."""
 
     ids: np.ndarray
     prompt_len: int
+    positions: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -267,7 +270,7 @@ class BatchIterator:
             batch["prompt_mask"][row, start:start + example.prompt_len] = True
             batch["target_mask"][row, start + example.prompt_len:start + n] = True
             batch["segment_ids"][row, span] = segment
-            batch["positions"][row, span] = np.arange(n)
+            batch["positions"][row, span] = np.arange(n) if example.positions is None else example.positions
             start += n
             self._position += 1
             if not config.pack:

@@ -2,9 +2,10 @@
 
 ```toml
 [model]        # preset = "tiny-llada" (+ any ModelConfig field to override) or init_from = "DIR"
-[data]         # source = "tasks" | "jsonl" | "gsm8k" | "teacher", seq_len, batch_size, ...
-[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm" | "certainty_forcing", + its settings
-[distill]      # `jaxdllm distill generate`: teacher, prompts, sampler, out (the teacher's checked answers)
+[data]         # source = "tasks" | "jsonl" | "gsm8k" | "teacher" | "trajectories", seq_len, batch_size, ...
+[objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm" | "certainty_forcing"
+               #        | "jacobi_forcing" | "cllm", + its settings
+[distill]      # `jaxdllm distill generate` / `trajectories`: teacher, prompts, sampler, out
 [optim]        # lr, schedule, warmup_steps, weight_decay, b1, b2, clip, grad_accum
 [train]        # steps, seed, compute_dtype, on_nan
 [lora]         # rank (0 = off), alpha, targets
@@ -55,6 +56,9 @@ class ModelSection:
         check_overrides(ModelConfig, self.overrides, "[model]", exclude=tuple(fixed))
 
 
+DATA_SOURCES = ("tasks", "jsonl", "gsm8k", "teacher", "trajectories")
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSection:
     """Where examples come from and how they are batched (`jaxdllm.data.BatchConfig` fields)."""
@@ -63,7 +67,9 @@ class DataSection:
     tasks: tuple[str, ...] = ("copy", "reverse", "sort", "add", "perm", "pick3")
     examples_per_task: int = 20000
     path: str | None = None            # jsonl file, the GSM8K directory, or the teacher's answers (default [distill] out)
-    keep: str = "correct"              # source = "teacher": "correct" answers only, or "all"
+    keep: str = "correct"              # source = "teacher" / "trajectories": "correct" answers only, or "all"
+    window: int = 16                   # source = "trajectories", jacobi_forcing: noise levels of the progressive schedule
+    shift_schedule: bool = True        # ... each trajectory starts the schedule at its own random level
     on_too_long: str = "error"         # an example longer than seq_len: "error" or "skip" (counted, warned)
     split: str = "train"
     on_error: str = "raise"            # malformed jsonl lines: "raise" or "skip"
@@ -75,8 +81,7 @@ class DataSection:
 
     def __post_init__(self):
         check_fields(self, "[data] ")
-        _check(self.source in ("tasks", "jsonl", "gsm8k", "teacher"),
-               f"[data] source must be 'tasks', 'jsonl', 'gsm8k' or 'teacher', got {self.source!r}")
+        _check(self.source in DATA_SOURCES, f"[data] source must be one of {DATA_SOURCES}, got {self.source!r}")
         _check(self.keep in ("correct", "all"), f"[data] keep must be 'correct' or 'all', got {self.keep!r}")
         _check(self.on_too_long in ("error", "skip"),
                f"[data] on_too_long must be 'error' or 'skip', got {self.on_too_long!r}")
@@ -84,6 +89,7 @@ class DataSection:
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("examples_per_task", "seq_len", "batch_size"):
             require_positive_int(getattr(self, name), f"[data] {name}")
+        _check(isinstance(self.window, int) and self.window >= 2, f"[data] window must be an integer >= 2, got {self.window!r}")
         if self.source == "tasks":
             _check(bool(self.tasks), "[data] tasks is empty: name one or more tasks")
             for task in self.tasks:
@@ -259,13 +265,21 @@ class TrainConfig:
                f"{self.optim.grad_accum}")
         _check(objective_class(self.objective.kind).packing or not self.data.pack,
                f"[objective] {self.objective.kind} needs [data] pack = false (one example per row)")
-        _check(self.data.source != "teacher" or self.data.path is not None or self.distill is not None,
-               "[data] source = 'teacher' needs path = \"FILE\" (a `jaxdllm distill generate` output) "
-               "or a [distill] section whose out it reads")
+        _check(self.data.source not in ("teacher", "trajectories") or self.data.path is not None
+               or self.distill is not None,
+               f"[data] source = {self.data.source!r} needs path = \"FILE\" (a `jaxdllm distill "
+               f"{'generate' if self.data.source == 'teacher' else 'trajectories'}` output) or a [distill] section "
+               "whose out it reads")
+        on_trajectories = objective_class(self.objective.kind).trajectory_selection is not None
+        _check(on_trajectories == (self.data.source == "trajectories"),
+               f"[objective] {self.objective.kind} " + ("trains on Jacobi trajectories: set [data] source = "
+                                                        "\"trajectories\"" if on_trajectories else
+                                                        "does not train on trajectories: [data] source = "
+                                                        "\"trajectories\" needs kind = \"jacobi_forcing\" or \"cllm\""))
 
     @property
     def teacher_answers(self) -> str | None:
-        """The teacher JSONL that `[data] source = "teacher"` reads: `[data] path`, else `[distill] out`."""
+        """The JSONL that `[data] source = "teacher"` / `"trajectories"` reads: `[data] path`, else `[distill] out`."""
         if self.data.path is not None:
             return self.data.path
         return self.distill.out if self.distill is not None else None

@@ -6,15 +6,15 @@
     split = split_for_training(model, config.lora, mesh, seed=config.train.seed)
     tx, schedule = make_optimizer(config.optim, config.train.steps)
     opt_state, opt_shardings = init_optimizer(tx, split.trainable, mesh)
-    examples = load_examples(config.data, tokenizer)
-    batches = make_batch_iterator(examples, tokenizer, batch_config_for(config))
     objective = make_objective(config.objective.kind, config.objective.settings, model.config)
+    batches = make_batches(config, tokenizer, objective)
     manager = checkpoint_manager(workdir, config.checkpoint)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,9 +25,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdllm import sharding as shd
-from jaxdllm.data import BatchConfig, JsonlConfig, build_char_tokenizer, load_gsm8k, make_mixture, read_jsonl
+from jaxdllm.data import (BatchConfig, BatchIterator, JsonlConfig, SpecialIds, TokenizedExample, build_char_tokenizer,
+                          load_gsm8k, make_batch_iterator, make_mixture, read_jsonl)
 from jaxdllm.data.records import Example
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, DataError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.lora import add_lora, merge_lora
 from jaxdllm.models.transformer import Transformer
@@ -197,10 +198,45 @@ def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool 
 
 def batch_config_for(config: TrainConfig) -> BatchConfig:
     """The batching of a recipe; this process keeps its slice of every global batch."""
+    packed_layout = config.data.source == "trajectories"  # rows already laid out: no EOS fill after them
     return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
-                       pack=config.data.pack, fill_with_eos=not config.data.pack, on_too_long=config.data.on_too_long,
+                       pack=config.data.pack, fill_with_eos=not (config.data.pack or packed_layout),
+                       on_too_long=config.data.on_too_long,
                        add_bos=not config.data.chat_template,  # the template carries its own BOS
                        num_shards=jax.process_count(), shard_index=jax.process_index())
+
+
+def make_batches(config: TrainConfig, tokenizer: Tokenizer, objective, state: dict | None = None) -> BatchIterator:
+    """The recipe's batch iterator: its examples (`load_examples`) batched, or for `[data] source =
+    "trajectories"` the rows `objective` trains on, packed from the Jacobi trajectories."""
+    batch_config = batch_config_for(config)
+    if config.data.source != "trajectories":
+        examples = load_examples(config.data, tokenizer, config.data.chat_template,
+                                 teacher_answers=config.teacher_answers)
+        return make_batch_iterator(examples, tokenizer, batch_config, state)
+    from jaxdllm.train.distill.jacobi_forcing import read_trajectories, trajectory_examples
+
+    rows = trajectory_examples(read_trajectories(config.teacher_answers, config.data.keep), objective.block_length,
+                               selection=objective.trajectory_selection, eos_id=special_token_ids(tokenizer)["eos_token_id"],
+                               window=config.data.window, shift_schedule=config.data.shift_schedule,
+                               seed=config.data.seed)
+    return BatchIterator(fit_rows(rows, batch_config), batch_config, SpecialIds.from_tokenizer(tokenizer, batch_config),
+                         state)
+
+
+def fit_rows(rows: list[TokenizedExample], config: BatchConfig) -> list[TokenizedExample]:
+    """`rows` no longer than `config.seq_len`: longer ones raise `DataError` (or are skipped with a
+    warning under `on_too_long = "skip"`)."""
+    kept = [r for r in rows if len(r) <= config.seq_len]
+    if len(kept) < len(rows):
+        longest = max(len(r) for r in rows)
+        if config.on_too_long == "error":
+            raise DataError(f"{len(rows) - len(kept)} of {len(rows)} packed rows are longer than seq_len="
+                            f"{config.seq_len} (the longest: {longest} tokens); raise [data] seq_len or set "
+                            "on_too_long = \"skip\"")
+        warnings.warn(f"skipped {len(rows) - len(kept)} of {len(rows)} packed rows longer than seq_len="
+                      f"{config.seq_len}", stacklevel=2)
+    return kept
 
 
 def checkpoint_manager(workdir: Path | None, section) -> ocp.CheckpointManager | None:

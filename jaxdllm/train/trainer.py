@@ -21,7 +21,7 @@ import orbax.checkpoint as ocp
 
 from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
-from jaxdllm.data import make_batch_iterator, save_char_tokenizer
+from jaxdllm.data import save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError
 from jaxdllm.models.config import ModelConfig
@@ -82,11 +82,9 @@ class Trainer:
             self.opt_state, self._opt_shardings = setup.init_optimizer(self.tx, self.trainable, self.mesh)
         self.step = 0
 
-        self.examples = setup.load_examples(config.data, self.tokenizer, config.data.chat_template,
-                                            teacher_answers=config.teacher_answers)
-        self.batch_config = setup.batch_config_for(config)
-        self.batches = make_batch_iterator(self.examples, self.tokenizer, self.batch_config)
         self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
+        self.batch_config = setup.batch_config_for(config)
+        self.batches = setup.make_batches(config, self.tokenizer, self.objective)
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
                                         grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip")
 

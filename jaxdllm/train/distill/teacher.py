@@ -11,6 +11,12 @@ response up to EOS; `correct` is the task's checker (any valid answer of a many-
 for GSM8K-style prompts the final number (`#### n`, else the last number) against the reference;
 null where nothing can check it.
 
+With `trajectories=True` (`jaxdllm distill trajectories`) each line also holds the decoding's
+states, for Jacobi Forcing and CLLM: `"prompt_ids"` (the ids the model was given), `"states"`
+(the answer region after each forward but the last, `[nfe - 1][G]`), `"accepted"` (how many
+answer tokens were decided in each of those states) and `"fixed_point"` (the final answer
+region, `[G]`: greedy AR for a Jacobi teacher).
+
 Batches are decoded in one compiled call each (the last one padded to full size, so one shape
 compiles), with the PRNG key `fold_in(key(seed), batch index)`; with a model loaded on a mesh the
 rows are sharded over its data axes. Each batch's lines are appended and flushed together. A run
@@ -29,7 +35,6 @@ from pathlib import Path
 from typing import Sequence
 
 import jax
-import numpy as np
 
 from jaxdllm.data import get_task, load_gsm8k, make_mixture
 from jaxdllm.data.answers import extract_final_answer, final_number, same_number
@@ -191,7 +196,7 @@ def _encode(tokenizer: Tokenizer, prompt: str, chat_template: bool) -> list[int]
 
 def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], config: SamplerConfig,
                      out: str | os.PathLike, *, batch_size: int = 64, seed: int = 0, chat_template: bool = False,
-                     progress: bool = True, meta: dict | None = None) -> dict:
+                     progress: bool = True, meta: dict | None = None, trajectories: bool = False) -> dict:
     """Answer every prompt of `examples` with `model` and write the checked answers to `out`.
 
     Args:
@@ -205,6 +210,7 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
       chat_template: wrap each prompt in the tokenizer's chat template.
       progress: show a progress bar (answers/s and the share kept).
       meta: extra settings recorded in `<out>.meta.json` (a resumed run must match them).
+      trajectories: also record every intermediate state (see the module docstring).
 
     Returns:
       The statistics of the whole file, also written to `<out>.stats.json`: per task and overall,
@@ -215,6 +221,9 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
         raise DataError("the prompt set is empty: nothing for the teacher to answer")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if trajectories:  # a slot for every forward the loop may take
+        from jaxdllm.decoding.methods import method_of
+        config = config.replace(max_trajectory=method_of(config).max_steps(config))
     meta = {"prompts": len(examples), "batch_size": batch_size, "seed": seed, "chat_template": chat_template,
             "sampler": _sampler_settings(config), **(meta or {})}
     meta = json.loads(json.dumps(meta))  # what the file holds (tuples as lists)
@@ -244,6 +253,8 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
                       "correct": correct, "nfe": int(result.nfe[i]), "answer_tokens": answer_length(generated, eos)}
             if example.answer is not None:
                 record["reference"] = example.answer
+            if trajectories:
+                record.update(_states(result, i, ids.shape[1], rows[i]))
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             kept += correct is True
         answered += len(chunk)
@@ -263,6 +274,16 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
     if jax.process_index() == 0:
         out.with_name(out.name + STATS_SUFFIX).write_text(json.dumps(stats, indent=1))
     return stats
+
+
+def _states(result, row: int, width: int, prompt_ids: list[int]) -> dict:
+    """Row `row`'s recorded states (answer region only) from a `GenerateResult` with a trajectory."""
+    nfe = int(result.nfe[row])
+    states = result.trajectory[row, :nfe, width:]
+    decided_at = result.commit_step[row, width:]
+    accepted = [int((decided_at <= k + 1).sum()) for k in range(nfe - 1)]
+    return {"prompt_ids": [int(t) for t in prompt_ids], "states": states[:-1].tolist(), "accepted": accepted,
+            "fixed_point": result.tokens[row, width:].tolist()}
 
 
 def _records(path: str | os.PathLike) -> list[dict]:

@@ -13,13 +13,14 @@ from jaxdllm.train.objectives.base import Objective, Views, aligned_logits, has_
 from jaxdllm.train.objectives.block_diffusion import BlockDiffusion
 from jaxdllm.train.objectives.causal_lm import CausalLM
 from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
+from jaxdllm.train.objectives.jacobi_forcing import Cllm, JacobiForcing
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 
 OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
 register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective] kind = cls.name
 objective_class = OBJECTIVES.lookup
 
-for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing):
+for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm):
     register_objective(_cls)
 
 

@@ -59,6 +59,9 @@ class Objective(Settings):
       needs_mask_token: the model must have a `mask_token_id`.
       needs_teacher: `views.teacher` is provided.
       packing: whether examples may be packed several to a row.
+      trajectory_selection: for objectives trained on Jacobi trajectories (`[data] source =
+        "trajectories"`), how each row's noisy states are chosen
+        (`jaxdllm.train.distill.jacobi_forcing.SELECTIONS`); None for every other objective.
     """
 
     name: ClassVar[str] = ""
@@ -66,6 +69,7 @@ class Objective(Settings):
     needs_mask_token: ClassVar[bool] = False
     needs_teacher: ClassVar[bool] = False
     packing: ClassVar[bool] = True
+    trajectory_selection: ClassVar[str | None] = None
 
     @classmethod
     def where(cls) -> str:
