@@ -18,8 +18,9 @@ SHAPES = {
 }
 
 
-def make_hf_model(kind: str, shape: str, *, tie: bool = False, **extra) -> transformers.PreTrainedModel:
-    """A random `LlamaForCausalLM` / `Qwen2ForCausalLM` in fp32, eager attention, eval mode."""
+def make_hf_model(kind: str, shape: str, *, tie: bool = False, seed: int = 0, **extra) -> transformers.PreTrainedModel:
+    """A random `LlamaForCausalLM` / `Qwen2ForCausalLM` in fp32, eager attention, eval mode; the
+    same weights for the same arguments (`seed`), whatever ran before."""
     kw = dict(SHAPES[shape], tie_word_embeddings=tie, max_position_embeddings=256,
               rms_norm_eps=1e-5, **extra)
     if kind == "llama":
@@ -31,6 +32,7 @@ def make_hf_model(kind: str, shape: str, *, tie: bool = False, **extra) -> trans
     else:
         raise ValueError(kind)
     config._attn_implementation = "eager"
+    torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():  # default init leaves biases and norms trivial; randomise everything
         for p in model.parameters():

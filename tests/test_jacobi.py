@@ -33,13 +33,24 @@ def hf_greedy(hf, ids, mask, gen, eos=None):
     return out[:, ids.shape[1]:].numpy()
 
 
-@pytest.mark.parametrize("gen,window", [(14, 4), (12, 16), (13, 5)])
-def test_jacobi_equals_transformers_greedy(saved, gen, window):
+VARIANTS = {"sliding": {}, "blocks": {"blocks": 1}, "multi_block": {"blocks": 2, "spawn_ratio": 0.5},
+            "recycle": {"recycle": 3, "recycle_capacity": 8},
+            "multi_block_recycle": {"blocks": 2, "spawn_ratio": 0.85, "recycle": 4}}
+
+
+CASES = [(gen, window, "sliding") for gen, window in ((14, 4), (12, 16), (13, 5))] + \
+        [(gen, window, v) for v in VARIANTS if v != "sliding" for gen, window in ((14, 4), (13, 5))]
+
+
+@pytest.mark.parametrize("gen,window,variant", CASES)
+def test_jacobi_equals_transformers_greedy(saved, gen, window, variant):
+    from jaxdllm.decoding.policies import Jacobi
+
     hf, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
     ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
     want = hf_greedy(hf, ids, mask, gen)
-    config = SamplerConfig(policy="jacobi", gen_length=gen, block_length=window, prompt_bucket=8)
+    config = SamplerConfig(policy=Jacobi(**VARIANTS[variant]), gen_length=gen, block_length=window, prompt_bucket=8)
     out = jaxdllm.generate(model, ids, config, attention_mask=mask, key=jax.random.PRNGKey(gen))
     width = ids.shape[1]
     np.testing.assert_array_equal(out.tokens[:, width:], want)
@@ -47,6 +58,27 @@ def test_jacobi_equals_transformers_greedy(saved, gen, window):
     assert (out.nfe <= gen).all() and (out.nfe >= -(-gen // window)).all()
     steps = out.commit_step[:, width:]
     assert (np.diff(steps, axis=1) >= 0).all() and (steps.max(1) == out.nfe).all()  # decided left to right
+
+
+def test_recycling_accepts_repeated_spans_in_fewer_forwards(saved):
+    """Random tiny models fall into loops; the pool offers the loop's continuation back, so the
+    same greedy tokens come in fewer forwards (multi-block on top changes no token either)."""
+    from jaxdllm.decoding.policies import Jacobi
+
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    gen = 32
+    ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
+    want = hf_greedy(hf, ids, mask, gen)
+    nfe = {}
+    for name, policy in (("plain", Jacobi()), ("recycle", Jacobi(recycle=4)),
+                         ("both", Jacobi(blocks=2, spawn_ratio=0.5, recycle=4))):
+        out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, block_length=4, prompt_bucket=8),
+                               attention_mask=mask)
+        np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
+        nfe[name] = out.nfe
+    assert nfe["recycle"].sum() < 0.8 * nfe["plain"].sum(), nfe
+    assert (nfe["both"] <= nfe["plain"]).all(), nfe
 
 
 def test_jacobi_stops_rows_at_their_eos(saved):
@@ -91,6 +123,11 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
         SamplerConfig(policy="jacobi", temperature=0.5)
     with pytest.raises(ConfigError, match="own exact KV cache"):
         SamplerConfig(policy="jacobi", cache="dual")
+    from jaxdllm.decoding.policies import Jacobi
+    for bad, match in (({"blocks": -1}, "blocks must be"), ({"spawn_ratio": 0.0}, "spawn_ratio"),
+                       ({"recycle": 4, "recycle_capacity": 2}, "recycle_capacity")):
+        with pytest.raises(ConfigError, match=match):
+            SamplerConfig(policy=Jacobi(**bad))
 
 
 def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import CanvasView, slice_window
 from jaxdllm.decoding.policies import StepContext
+from jaxdllm.decoding.policies.jacobi import exact_prefix
 from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
@@ -52,10 +53,11 @@ class JacobiDecoding:
         """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
         prefilled; rows with `valid [B]` False start done."""
         b, n = prompt.shape[0], config.block_length
+        w = config.policy.window(n)
         draft = config.policy.initial_draft(prompt, view.seg[:, :lay.prompt_len], config.gen_length, key)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
-        cache = KVCache.init(model.config, b, lay.total + n)
+        cache = KVCache.init(model.config, b, lay.total + w)
         cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
                       logits_slice=(lay.prompt_len - 1, 1))[1]
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache,
@@ -63,33 +65,53 @@ class JacobiDecoding:
                                  max_trajectory=config.max_trajectory)
 
     def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
-        """One forward of every row's window `[B, block_length]`, acceptance, and the bookkeeping."""
-        n, T = config.block_length, lay.total
+        """One forward of every row's window `[B, W]` (and of its recycled alternatives),
+        acceptance, and the bookkeeping."""
+        policy, T = config.policy, lay.total
+        n = config.block_length
+        w = policy.window(n)
         first = jnp.where(state.undecided.any(1), jnp.argmax(state.undecided, axis=1), T - 1)  # [B]
         start = first - 1  # the last decided token: its logit predicts the first undecided one
-        canvas, ext = self._extended(state.canvas, view, n)
-        ids, pos, seg = ext.window(canvas, start, n)
+        canvas, ext = self._extended(state.canvas, view, w)
+        ids, pos, seg = ext.window(canvas, start, w)
+        draft = slice_window(canvas, first, w)                                   # [B, W]
+        drafts, valid = draft[:, None], jnp.ones((draft.shape[0], 1), bool)
+        if policy.recycle:
+            pooled, ok = policy.recycled_drafts(state.policy_state, ids[:, 0])
+            drafts, valid = jnp.concatenate([drafts, pooled], 1), jnp.concatenate([valid, ok], 1)
+        end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len, n), T)
+        targets = first[:, None] + jnp.arange(w)
+        candidates = (targets < end[:, None]) & slice_window(state.undecided, first, w) & ~state.done[:, None]
 
-        def row(ids, pos, seg, start, cache):  # one row: its own cache offset
+        def row(last, drafts, valid, candidates, pos, seg, start, cache):  # one row, its own cache offset
             one = _with_batch(cache, lambda x, axis: jnp.expand_dims(x, axis))
-            logits, one = model(ids[None], pos[None], lay.mask(seg[None], q_offset=start, kind="causal"), one)
-            return logits[0], _with_batch(one, lambda x, axis: jnp.squeeze(x, axis))
+            mask = lay.mask(seg[None], q_offset=start, kind="causal")
+
+            def forward(draft):  # the window: the last decided token, then the draft
+                return model(jnp.concatenate([last[None], draft[:-1]])[None], pos[None], mask, one)
+
+            logits, caches = jax.vmap(forward)(drafts)                           # [C, 1, W, V]
+            accepted = (exact_prefix(jnp.argmax(logits[:, 0], -1), drafts) & candidates[None]).sum(1)
+            best = jnp.argmax(jnp.where(valid, accepted, -1))                    # a tie keeps the regular draft
+            cache = _with_batch(jax.tree.map(lambda x: x[best], caches), lambda x, axis: jnp.squeeze(x, axis))
+            return logits[best, 0], drafts[best], cache
 
         axes = state.cache.batch_axes()
-        logits, cache = jax.vmap(row, in_axes=(0, 0, 0, 0, axes), out_axes=(0, axes))(ids, pos, seg, start,
-                                                                                      state.cache)
-        targets = first[:, None] + jnp.arange(n)
-        candidates = (targets < T) & slice_window(state.undecided, first, n) & ~state.done[:, None]
+        logits, chosen, cache = jax.vmap(row, in_axes=(0, 0, 0, 0, 0, 0, 0, axes), out_axes=(0, 0, axes))(
+            ids[:, 0], drafts, valid, candidates, pos, seg, start, state.cache)
         nfe = state.nfe + candidates.any(1).astype(jnp.int32)
         ctx = StepContext(config, state.block, state.block_step, jax.random.fold_in(state.key, state.step),
                           state.policy_state, lay.eos_eot, lay.eos_id, learned_filter,
-                          draft=slice_window(canvas, first, n), undecided=state.undecided[:, lay.prompt_len:])
-        decision = config.policy.commit(logits, candidates, ctx)
+                          draft=chosen, undecided=state.undecided[:, lay.prompt_len:])
+        decision = policy.commit(logits, candidates, ctx)
         if config.stop_at_eos:  # a window can reach its fixed point past an EOS: nothing after it counts
             eos = decision.commit & (decision.tokens == lay.eos_id)
-            cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), n)
-            decision = decision._replace(commit=decision.commit & (jnp.arange(n)[None] <= cut[:, None]))
-        state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
+            cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), w)
+            decision = decision._replace(commit=decision.commit & (jnp.arange(w)[None] <= cut[:, None]))
+        policy_state = decision.state
+        if policy.recycle:  # this window's greedy output (verified prefix, rejected tail), keyed by the token before it
+            policy_state = policy.remember(policy_state, ids[:, 0], decision.tokens, candidates.any(1))
+        state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=policy_state),
                               first, decision.commit, decision.tokens, nfe, draft=decision.draft)
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, lay.prompt_len)

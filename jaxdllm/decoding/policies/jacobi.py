@@ -7,11 +7,30 @@ logit at window index j predicts the token at the window's j-th undecided positi
 prediction is exact (its whole context is decided); position j's is exact when the drafts
 before it equal their own predictions. Exact predictions are committed; the others become the
 next draft (`Commit.draft`).
+
+Which positions are in flight:
+
+* `blocks = 0` (default): a sliding window of `block_length` positions from the first undecided
+  one, crossing block boundaries.
+* `blocks = K >= 1`: the published block schedule (Jacobi Forcing's multi-block decoding). The
+  answer is cut into blocks of `n = block_length`; the block holding the first undecided
+  position is real-active, and the next block joins (up to K in flight) once the newest one has
+  accepted at least `ceil(spawn_ratio * n)` tokens. The window is `K n` wide; positions past the
+  blocks in flight keep their draft and are not accepted. `blocks = 1` is plain block-by-block
+  Jacobi decoding (CLLM).
+
+Rejection recycling (`recycle = R > 0`): each row keeps a pool of `recycle_capacity` n-grams: each
+step's greedy output over its window (the accepted prefix and the rejected tail), keyed by the
+decided token the window started from. A step also verifies, in the same forward, up to R pool
+entries whose key is the row's last decided token, as alternative drafts; the draft with the
+longest accepted prefix wins (the regular draft on a tie). When a token recurs, the text that
+followed it last time is offered again, so repeated spans are accepted many tokens at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -22,12 +41,25 @@ from jaxdllm.errors import ConfigError
 DRAFT_INITS = ("prompt", "repeat")
 
 
+def exact_prefix(tokens: jax.Array, draft: jax.Array) -> jax.Array:
+    """`[..., W]` bool: predictions `tokens` whose inputs were all right, i.e. position 0 and every
+    position whose earlier drafts equal their predictions (`draft`, `tokens`: `[..., W]`)."""
+    agree = (draft == tokens).astype(jnp.int32)
+    return jnp.concatenate([jnp.ones_like(agree[..., :1]), jnp.cumprod(agree[..., :-1], axis=-1)], -1).astype(bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class Jacobi(Policy):
     """`draft_init`: the first draft; `prompt` (published: tokens drawn at random from the row's
-    prompt) or `repeat` (the last prompt token repeated)."""
+    prompt) or `repeat` (the last prompt token repeated). `blocks`, `spawn_ratio`: multi-block
+    decoding (0: sliding window; published K = 2, r = 0.85). `recycle`, `recycle_capacity`:
+    rejection recycling (0: off; published 4 candidates). See the module docstring."""
 
     draft_init: str = "prompt"
+    blocks: int = 0
+    spawn_ratio: float = 0.85
+    recycle: int = 0
+    recycle_capacity: int = 64
     name = "jacobi"
     method = "jacobi"
 
@@ -36,6 +68,31 @@ class Jacobi(Policy):
             raise ConfigError(f"draft_init must be one of {DRAFT_INITS}, got {self.draft_init!r}")
         if config.temperature != 0:
             raise ConfigError("policy='jacobi' is greedy decoding: set temperature = 0")
+        for name in ("blocks", "recycle"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+        if not isinstance(self.recycle_capacity, int) or self.recycle_capacity < max(self.recycle, 1):
+            raise ConfigError(f"recycle_capacity must be an integer >= recycle ({self.recycle}), "
+                              f"got {self.recycle_capacity!r}")
+        if not 0.0 < self.spawn_ratio <= 1.0:
+            raise ConfigError(f"spawn_ratio must be in (0, 1], got {self.spawn_ratio}")
+
+    def window(self, block_length: int) -> int:
+        """Positions fed per row and step (besides the last decided token)."""
+        return block_length * max(self.blocks, 1)
+
+    def in_flight_end(self, first: jax.Array, answer_start: int, block_length: int) -> jax.Array:
+        """`[B]` canvas index where the positions in flight end, for rows whose first undecided
+        position is `first [B]`; the window's end for the sliding window."""
+        if not self.blocks:
+            return first + block_length
+        n = block_length
+        block_start = answer_start + (first - answer_start) // n * n
+        accepted = first - block_start
+        need = math.ceil(round(self.spawn_ratio * n, 6))
+        extra = sum((accepted >= (i - 1) * n + need).astype(jnp.int32) for i in range(1, self.blocks))
+        return block_start + (1 + extra) * n
 
     def initial_draft(self, prompt: jax.Array, seg: jax.Array, length: int, key: jax.Array) -> jax.Array:
         """`[B, length]` first draft for rows of left-padded `prompt [B, Lp]` (`seg` 0 on padding)."""
@@ -46,8 +103,31 @@ class Jacobi(Policy):
         pick = lp - 1 - jax.random.randint(key, (b, length), 0, 1 << 30) % real[:, None]
         return jnp.take_along_axis(prompt, pick, axis=1)
 
+    # -- rejection recycling: the pool is the policy's carry ------------------------------------
+    def init_state(self, batch: int, block_length: int, vocab_size: int):
+        if not self.recycle:
+            return jnp.zeros((), jnp.float32)
+        cap, w = self.recycle_capacity, self.window(block_length)
+        return {"keys": jnp.full((batch, cap), -1, jnp.int32), "tails": jnp.zeros((batch, cap, w), jnp.int32),
+                "next": jnp.zeros((batch,), jnp.int32)}
+
+    def recycled_drafts(self, state, last: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """`(drafts [B, R, W], valid [B, R])`: the R most recent pool entries keyed by `last [B]`."""
+        keys, cap = state["keys"], self.recycle_capacity
+        age = (state["next"][:, None] - 1 - jnp.arange(cap)[None]) % cap
+        score = jnp.where(keys == last[:, None], cap - age, 0)
+        best, index = jax.lax.top_k(score, self.recycle)
+        return jnp.take_along_axis(state["tails"], index[..., None], axis=1), best > 0
+
+    def remember(self, state, key_token: jax.Array, tail: jax.Array, store: jax.Array):
+        """Add `tail [B, W]` under `key_token [B]` for rows where `store [B]` (the oldest entry goes)."""
+        rows = jnp.arange(key_token.shape[0])
+        slot = state["next"]
+        keys = state["keys"].at[rows, slot].set(jnp.where(store, key_token, state["keys"][rows, slot]))
+        tails = state["tails"].at[rows, slot].set(jnp.where(store[:, None], tail, state["tails"][rows, slot]))
+        return {"keys": keys, "tails": tails, "next": jnp.where(store, (slot + 1) % self.recycle_capacity, slot)}
+
     def commit(self, logits, candidates, ctx):
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        agree = ctx.draft == tokens
-        exact = jnp.concatenate([jnp.ones_like(agree[:, :1]), jnp.cumprod(agree[:, :-1], axis=1).astype(bool)], 1)
-        return Commit(candidates & exact, tokens, ctx.state, draft=tokens)
+        commit = candidates & exact_prefix(tokens, ctx.draft)
+        return Commit(commit, tokens, ctx.state, draft=jnp.where(candidates, tokens, ctx.draft))
