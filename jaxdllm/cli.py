@@ -133,7 +133,15 @@ def _eval_samplers(args, model_dir: Path) -> dict:
     if args.preset is None:  # the model card's table: one token per step, and Fast-dLLM's threshold rule
         if args.set or sweep:
             raise ConfigError("--set and --sweep need --preset (the sampler they change)")
-        g = args.gen_length or _model_sampler_defaults(model_dir).get("gen_length", 16)
+        from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
+
+        defaults = _model_sampler_defaults(model_dir)
+        g = args.gen_length or defaults.get("gen_length", 16)
+        if config_from_hf(read_config_json(model_dir)).attention == "causal":  # AR, then Jacobi Forcing's decoding
+            n = defaults.get("block_length", 16)
+            return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
+                    "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=n),
+                    "jacobi-mr": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=n)}
         return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
                 "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
     overrides = {k: v for k, v in _model_sampler_defaults(model_dir).items() if k not in sweep}

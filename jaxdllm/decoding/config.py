@@ -193,4 +193,8 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
     "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
+    # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the
+    # next one spawned at 85 % accepted) and rejection recycling (4 pool candidates per forward).
+    "jacobi-forcing": SamplerConfig(gen_length=256, block_length=64, policy="jacobi", blocks=2, spawn_ratio=0.85,
+                                    recycle=4, stop_at_eos=True),
 }
