@@ -111,11 +111,13 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
     config = SamplerConfig(policy="jacobi", gen_length=8, block_length=4, prompt_bucket=8)
     ids, mask, _ = prompts([3, 5], seed=1)
-    prep = sampler.prepare(model.config, ids, mask, config)
     graphdef, params = nnx.split(model)
-    text = str(jax.make_jaxpr(lambda p: loop.decode(graphdef, p, prep.ids, prep.seg, prep.valid, jax.random.PRNGKey(0),
-                                                    method=method_of(config), lay=prep.lay, config=config))(params))
-    assert text.count("while[") == 1 and "callback" not in text
+    for c in (config, SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)):
+        prep = sampler.prepare(model.config, ids, mask, c)
+        text = str(jax.make_jaxpr(lambda p: loop.decode(graphdef, p, prep.ids, prep.seg, prep.valid,
+                                                        jax.random.PRNGKey(0), method=method_of(c), lay=prep.lay,
+                                                        config=c))(params))
+        assert text.count("while[") == 1 and "callback" not in text
     llada = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada"), rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="decodes causal models; the model's attention is 'bidirectional'"):
         jaxdllm.generate(llada, ids, config)
@@ -162,3 +164,20 @@ def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):
     np.testing.assert_array_equal(got[:end], plain[row, :end])
     assert (got[end:] == eos).all(), got
     assert out.nfe[row] == 1
+
+
+def test_jacobi_compiles_once_per_prompt_bucket(saved):
+    _, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    config = SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)
+    ids_a, mask_a, _ = prompts([3, 5], seed=4)
+    ids_b, mask_b, _ = prompts([2, 7], seed=5)  # other lengths, the same 8-token bucket
+    ids_c, mask_c, _ = prompts([9, 4], seed=6)  # the next bucket
+    jaxdllm.generate(model, ids_a, config, attention_mask=mask_a)
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *_args, **_kw: compiles.append(name) if "backend_compile" in name else None)
+    jaxdllm.generate(model, ids_b, config, attention_mask=mask_b)
+    assert not compiles, compiles
+    jaxdllm.generate(model, ids_c, config, attention_mask=mask_c)
+    assert compiles  # a new bucket is a new shape

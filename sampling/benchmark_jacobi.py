@@ -1,0 +1,149 @@
+"""Jacobi decoding of a causal checkpoint, side by side in one process (writes JSON + PNG):
+
+  speed: answer tokens/s on the same prompts and weights of
+    (a) `jaxdllm.generate`: the whole decoding in one jitted `while_loop`,
+    (b) `jaxdllm.generate_stepwise`: a Python loop calling the jitted step (one dispatch and one
+        host sync per forward),
+    (c) transformers' greedy `generate(do_sample=False)` (PyTorch eager, KV cache), AR;
+  and checks that (a) and (b) give transformers' tokens.
+
+  by_n: answer tokens per forward against the Jacobi window n, for each model given (`--models`),
+  plain and with multi-block decoding + rejection recycling (the `jacobi-forcing` preset).
+
+    python -m sampling.benchmark_jacobi --out sampling/results/jacobi_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import jaxdllm
+from jaxdllm.data import make_mixture
+from jaxdllm.decoding import SamplerConfig
+from jaxdllm.eval.runner import left_pad
+from jaxdllm.tokenizer import Tokenizer, answer_length
+
+TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
+
+
+def prompts(tokenizer: Tokenizer, n: int, seed: int = 1234) -> list[list[int]]:
+    """`n` held-out suite prompts per task, tokenised."""
+    return [tokenizer.encode(e.prompt) for e in make_mixture(TASKS, n, seed, split="test")]
+
+
+def timed(fn, repeats: int):
+    fn()  # compile / warm up
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
+    import torch
+    import transformers
+
+    model = jaxdllm.from_pretrained(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id or 0
+    rows = prompts(tokenizer, 4)[:batch]
+    ids, mask = left_pad(rows, pad)
+    g = 16
+    out = []
+    for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
+                          ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
+                                                                            block_length=n))):
+        t_loop, res = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats)
+        t_step, res_b = timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats)
+
+        def hf_generate():
+            with torch.no_grad():
+                return hf.generate(input_ids=torch.as_tensor(ids, dtype=torch.long),
+                                   attention_mask=torch.as_tensor(mask), max_new_tokens=g, do_sample=False,
+                                   eos_token_id=eos, pad_token_id=eos).numpy()[:, ids.shape[1]:]
+
+        t_hf, greedy = timed(hf_generate, repeats)
+        tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
+        same = all(np.array_equal(res.tokens[i, ids.shape[1]:ids.shape[1] + answer_length(greedy[i], eos)],
+                                  greedy[i, :answer_length(greedy[i], eos)]) for i in range(len(rows)))
+        out.append(dict(model=str(model_dir), sampler=label, batch=len(rows), answer_tokens=int(tokens),
+                        mean_nfe=float(res.nfe.mean()), tokens_per_forward=tokens / float(res.nfe.sum()),
+                        loop_tok_s=tokens / t_loop, stepwise_tok_s=tokens / t_step, transformers_ar_tok_s=tokens / t_hf,
+                        loop_vs_stepwise=t_step / t_loop, loop_vs_transformers=t_hf / t_loop,
+                        same_tokens_as_transformers=bool(same),
+                        stepwise_same_as_loop=bool(np.array_equal(res.tokens, res_b.tokens))))
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def by_n(model_dirs: list[Path], ns: list[int], n_prompts: int) -> list[dict]:
+    out = []
+    for model_dir in model_dirs:
+        model = jaxdllm.from_pretrained(model_dir)
+        tokenizer = Tokenizer.from_pretrained(model_dir)
+        eos, pad = model.config.eos_token_id, model.config.pad_token_id or 0
+        ids, mask = left_pad(prompts(tokenizer, n_prompts), pad)
+        for preset in ("jacobi", "jacobi-forcing"):
+            for n in ns:
+                res = jaxdllm.generate(model, ids, SamplerConfig.preset(preset, gen_length=16, block_length=n),
+                                       attention_mask=mask)
+                tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
+                out.append(dict(model=model_dir.name, sampler=preset, n=n, tokens_per_forward=tokens / float(res.nfe.sum())))
+                print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for (model, sampler) in sorted({(r["model"], r["sampler"]) for r in result["by_n"]}):
+        pts = [r for r in result["by_n"] if r["model"] == model and r["sampler"] == sampler]
+        ax.plot([r["n"] for r in pts], [r["tokens_per_forward"] for r in pts], "o-" if sampler == "jacobi" else "s--",
+                label=f"{model} ({'multi-block + recycling' if sampler != 'jacobi' else 'plain Jacobi'})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("Jacobi window n (tokens)")
+    ax.set_ylabel("answer tokens per forward")
+    ax.set_title("Jacobi decoding on the task suite (greedy: same tokens as AR)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="checkpoints/tasks-qwen2-small,checkpoints/tasks-qwen2-small-jf",
+                   help="comma-separated causal checkpoints; the last is the one timed")
+    p.add_argument("--ns", default="1,2,4,8,16")
+    p.add_argument("--n-prompts", type=int, default=50, help="held-out prompts per task for by_n")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default="sampling/results/jacobi_cpu")
+    args = p.parse_args(argv)
+    import jax
+
+    models = [Path(m) for m in args.models.split(",")]
+    ns = [int(n) for n in args.ns.split(",")]
+    result = {"device": jax.devices()[0].device_kind, "speed": [], "by_n": by_n(models, ns, args.n_prompts)}
+    for batch in (1, 8):
+        result["speed"] += speed(models[-1], batch, args.repeats, 16)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    plot(result, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
