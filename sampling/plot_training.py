@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-PANELS = ("loss", "ce", "entropy", "masked_accuracy")
+PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accuracy", "noisy_accuracy")
 
 
 def main(argv=None) -> None:

@@ -16,3 +16,19 @@ jax.config.update("jax_default_matmul_precision", "highest")
 def _seed_torch():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
+
+
+_COMPILES: list[str] = []
+_LISTENING = False
+
+
+@pytest.fixture
+def compiles() -> list[str]:
+    """A list that collects the name of every XLA backend compile from now until the test ends."""
+    global _LISTENING
+    if not _LISTENING:  # jax keeps listeners for the process: register one, once
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda name, *_a, **_k: _COMPILES.append(name) if "backend_compile" in name else None)
+        _LISTENING = True
+    _COMPILES.clear()
+    return _COMPILES
