@@ -37,6 +37,7 @@ class GenerateResult(NamedTuple):
     commit_step: np.ndarray   # [B, Lp + G]
     trajectory: np.ndarray | None  # [B, max_trajectory, Lp + G] or None
     steps: int                # loop iterations (forwards of the whole batch)
+    initial: np.ndarray | None = None  # [B, Lp + G] the canvas before the first step, with a trajectory
 
 
 class Prepared(NamedTuple):
@@ -211,11 +212,12 @@ def _host(x) -> np.ndarray:
 def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
     """Fetch the outputs and drop the bucket padding and idle rows on the host (slicing on the
     device would compile a kernel per prompt length)."""
-    canvas, commit_step, nfe, trajectory, steps = (_host(x) for x in (
-        state.canvas, state.commit_step, state.nfe, state.trajectory, state.step))
+    canvas, commit_step, nfe, trajectory, steps, initial = (_host(x) for x in (
+        state.canvas, state.commit_step, state.nfe, state.trajectory, state.step, state.initial))
     r, e = p.rows, p.extra
     return GenerateResult(tokens=canvas[:r, e:], nfe=nfe[:r], commit_step=commit_step[:r, e:],
-                          trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps))
+                          trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps),
+                          initial=initial[:r, e:] if config.max_trajectory else None)
 
 
 def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,

@@ -30,6 +30,8 @@ class DecodeState:
         (0) by Jacobi decoding, whose windows move per row.
       key: PRNG key; cache: the method's cache state (or None); policy_state: the policy's carry.
       trajectory: `[B, max_trajectory, T]` canvas after each step (-1 where not reached).
+      initial: `[B, T]` the canvas before the first step (the first draft) when recording a
+        trajectory, else `[B, 0]`.
     """
 
     canvas: jax.Array
@@ -44,6 +46,7 @@ class DecodeState:
     cache: object
     policy_state: object
     trajectory: jax.Array
+    initial: jax.Array
 
     @classmethod
     def start(cls, canvas, undecided, *, done, key, cache, policy_state, max_trajectory: int) -> "DecodeState":
@@ -52,7 +55,8 @@ class DecodeState:
         return cls(canvas=canvas, undecided=undecided, commit_step=jnp.zeros((b, t), jnp.int32),
                    nfe=jnp.zeros((b,), jnp.int32), done=done, step=zero, block=zero, block_step=zero, key=key,
                    cache=cache, policy_state=policy_state,
-                   trajectory=jnp.full((b, max_trajectory, t), -1, jnp.int32))
+                   trajectory=jnp.full((b, max_trajectory, t), -1, jnp.int32),
+                   initial=canvas.astype(jnp.int32) if max_trajectory else jnp.zeros((b, 0), jnp.int32))
 
 
 def commit_window(state: DecodeState, start, commit: jax.Array, tokens: jax.Array, nfe: jax.Array,

@@ -13,9 +13,9 @@ null where nothing can check it.
 
 With `trajectories=True` (`jaxdllm distill trajectories`) each line also holds the decoding's
 states, for Jacobi Forcing and CLLM: `"prompt_ids"` (the ids the model was given), `"states"`
-(the answer region after each forward but the last, `[nfe - 1][G]`), `"accepted"` (how many
-answer tokens were decided in each of those states) and `"fixed_point"` (the final answer
-region, `[G]`: greedy AR for a Jacobi teacher).
+(the answer region from the first draft on, then after each forward but the last: `[nfe][G]`),
+`"accepted"` (how many answer tokens were decided in each of those states, 0 for the first
+draft) and `"fixed_point"` (the final answer region, `[G]`: greedy AR for a Jacobi teacher).
 
 Batches are decoded in one compiled call each (the last one padded to full size, so one shape
 compiles), with the PRNG key `fold_in(key(seed), batch index)`; with a model loaded on a mesh the
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 import jax
+import numpy as np
 
 from jaxdllm.data import get_task, load_gsm8k, make_mixture
 from jaxdllm.data.answers import extract_final_answer, final_number, same_number
@@ -279,10 +280,10 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
 def _states(result, row: int, width: int, prompt_ids: list[int]) -> dict:
     """Row `row`'s recorded states (answer region only) from a `GenerateResult` with a trajectory."""
     nfe = int(result.nfe[row])
-    states = result.trajectory[row, :nfe, width:]
+    states = np.concatenate([result.initial[row, None, width:], result.trajectory[row, :nfe - 1, width:]])
     decided_at = result.commit_step[row, width:]
-    accepted = [int((decided_at <= k + 1).sum()) for k in range(nfe - 1)]
-    return {"prompt_ids": [int(t) for t in prompt_ids], "states": states[:-1].tolist(), "accepted": accepted,
+    accepted = [int((decided_at <= k).sum()) for k in range(nfe)]
+    return {"prompt_ids": [int(t) for t in prompt_ids], "states": states.tolist(), "accepted": accepted,
             "fixed_point": result.tokens[row, width:].tolist()}
 
 
