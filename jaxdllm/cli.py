@@ -159,6 +159,7 @@ def _eval(args) -> int:
     from jaxdllm.checkpoint import from_pretrained
     from jaxdllm.errors import ConfigError
     from jaxdllm.eval import evaluate, resolve_tasks
+    from jaxdllm.eval.evaluate import weights_version
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.validation import require_positive_int
 
@@ -177,7 +178,8 @@ def _eval(args) -> int:
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
     evaluate(model, tokenizer, tasks, samplers, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
-             model_id=str(model_dir.resolve()), progress=not args.no_progress,
+             model_id=str(model_dir.resolve()), model_version=weights_version(model_dir),
+             progress=not args.no_progress,
              log=lambda line: print(line, flush=True))
     print(f"wrote {out / 'eval.json'} and {out / 'pareto.png'}", flush=True)
     return 0

@@ -141,6 +141,31 @@ def test_interrupted_run_resumes_to_the_same_json(shipped, tmp_path, monkeypatch
     assert json.loads((tmp_path / "resumed" / "eval.json").read_text()) == resumed
 
 
+def test_new_weights_at_the_same_path_are_decoded_again(shipped, tmp_path, monkeypatch):
+    """A checkpoint exported again to the same folder must not reuse the old weights' answers."""
+    import shutil
+
+    from jaxdllm.cli import DEFAULT_MODEL
+    from jaxdllm.eval.evaluate import weights_version
+
+    model, tok = shipped
+    copy = shutil.copytree(DEFAULT_MODEL, tmp_path / "model")
+    tasks, samplers = resolve_tasks("reverse"), sampler_settings("fast-dllm-parallel", {"gen_length": 16,
+                                                                                          "block_length": 16})
+    calls = []
+    real_generate = runner.generate
+    monkeypatch.setattr(runner, "generate", lambda *a, **k: calls.append(1) or real_generate(*a, **k))
+    kw = dict(n=4, batch_size=4, progress=False, log=lambda line: None, out=tmp_path / "out", model_id=str(copy))
+    before = weights_version(copy)
+    evaluate(model, tok, tasks, samplers, model_version=before, **kw)
+    evaluate(model, tok, tasks, samplers, model_version=weights_version(copy), **kw)
+    assert len(calls) == 1  # same weights: resumed
+    (copy / "model.safetensors").write_bytes((copy / "model.safetensors").read_bytes())  # written again
+    assert weights_version(copy) != before
+    evaluate(model, tok, tasks, samplers, model_version=weights_version(copy), **kw)
+    assert len(calls) == 2
+
+
 @pytest.mark.slow
 def test_killed_cli_run_resumes_to_the_same_json(tmp_path):
     """A real SIGKILL in the middle of `jaxdllm eval`, then the same command again."""

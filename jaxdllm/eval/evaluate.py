@@ -9,6 +9,7 @@ forward, one panel per task) at the end.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import warnings
@@ -59,9 +60,17 @@ def _mean_row(rows: dict[str, dict]) -> dict:
             "mean_nfe": nfe / sum(r["n"] for r in tasks), "answer_tokens_per_forward": tokens / max(nfe, 1)}
 
 
+def weights_version(model_dir: str | Path) -> str:
+    """A short fingerprint of a checkpoint directory's weight files (names, sizes, modification
+    times): it changes when the weights are written again, e.g. by a new training run's export."""
+    files = sorted(p for p in Path(model_dir).iterdir() if p.suffix in (".safetensors", ".json") and p.is_file())
+    text = json.dumps([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, SamplerConfig], *, n: int | None,
              seed: int = 1234, batch_size: int = 100, out: str | Path | None = None, model_id: str = "",
-             progress: bool = True, log=print) -> dict:
+             model_version: str = "", progress: bool = True, log=print) -> dict:
     """Evaluate every sampler setting on every task.
 
     Args:
@@ -73,6 +82,8 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
       batch_size: rows per `generate` call; part of what a resumed run must keep.
       out: directory for `items.jsonl` (resume), `eval.json` and `pareto.png`; None writes nothing.
       model_id: names the model in the resume key and the JSON (e.g. its resolved directory).
+      model_version: also part of the resume key: records of other weights at the same
+        `model_id` are decoded again (the CLI passes `weights_version(model_dir)`).
       progress: show a progress bar per (setting, task).
       log: called with one line per finished (setting, task).
 
@@ -92,7 +103,7 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
         rows = {}
         for task in tasks:
             items = task_items[task.name]
-            key = setting_key(f"{model_id}\x00{label}\x00{batch_size}", config, task)
+            key = setting_key(f"{model_id}\x00{model_version}\x00{label}\x00{batch_size}", config, task)
             bar = tqdm(total=len(items), desc=f"{label} | {task.name}", unit="item", disable=not progress,
                        leave=False)
             try:
