@@ -1,6 +1,7 @@
 """Jacobi decoding of causal models: the answer starts as a draft and each row's window of
-`block_length` positions is refined in parallel under the causal mask until its tokens reach a
-fixed point; `policies/jacobi.py` decides which positions are accepted.
+`policy.window(block_length)` positions is refined in parallel under the causal mask until its
+tokens reach a fixed point; `policies/jacobi.py` decides which positions are in flight and
+which are accepted.
 
 Rows move independently: a row's window starts at its last decided token (whose logit predicts
 the first undecided position), so each row reads and writes the exact KV cache at its own
@@ -9,6 +10,11 @@ the window's slots are rewritten each step, and a rejected draft's K/V sit only 
 row's next window start, where the next step overwrites them before any query can see them
 (causal attention never reads a key after its query). That overwrite is the cache truncation.
 The prompt is prefilled once (not counted in `nfe`, like the block cache's fills).
+
+With rejection recycling a row's forward holds its regular draft and the pool's candidates
+(vmapped, each on a copy of the row's cache); the candidate with the longest accepted prefix
+gives the logits, the new draft and the cache, so the cache stays exact. Rows still count one
+forward per step.
 """
 
 from __future__ import annotations
