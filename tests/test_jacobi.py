@@ -16,7 +16,9 @@ from sampler_fixtures import prompts
 PAD = 0
 
 
-@pytest.fixture(scope="module", params=[("qwen2", "gqa"), ("llama", "mha")], ids=["qwen2", "llama"])
+# Llama runs every test again in the slow run; the default run checks Qwen2.
+@pytest.fixture(scope="module", params=[("qwen2", "gqa"), pytest.param(("llama", "mha"), marks=pytest.mark.slow)],
+                ids=["qwen2", "llama"])
 def saved(request, tmp_path_factory):
     kind, shape = request.param
     hf = make_hf_model(kind, shape)

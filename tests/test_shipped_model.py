@@ -62,7 +62,7 @@ def test_causal_model_decodes_with_jacobi_forcing_preset_from_the_command_line()
     assert out.stdout.strip() == "1284"
 
 
-@pytest.mark.parametrize("task", ["copy", "perm"])
+@pytest.mark.parametrize("task", ["copy", pytest.param("perm", marks=pytest.mark.slow)])
 def test_causal_model_card(task):
     """AR (a window of one) and Jacobi decoding give the same answers: the card's 100 %."""
     model, tok = from_pretrained(CAUSAL), Tokenizer.from_pretrained(CAUSAL)

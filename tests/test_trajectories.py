@@ -55,7 +55,7 @@ def test_states_agree_with_the_fixed_point_which_is_transformers_greedy(trajecto
     assert several >= 12  # most answers took more than one forward: the states are real
 
 
-@pytest.mark.parametrize("kind", ["jacobi_forcing", "cllm"])
+@pytest.mark.parametrize("kind", ["jacobi_forcing", pytest.param("cllm", marks=pytest.mark.slow)])
 def test_trainer_runs_the_objective_on_trajectory_rows(trajectories, kind, tmp_path):
     from jaxdllm.train import Trainer
     from jaxdllm.train.config import TrainConfig

@@ -93,6 +93,11 @@ class Trainer:
 
     batch_config_for = staticmethod(setup.batch_config_for)
 
+    @property
+    def examples(self) -> list:
+        """The tokenised training rows (`jaxdllm.data.TokenizedExample`) the batches are drawn from."""
+        return self.batches.examples
+
     def model(self) -> Transformer:
         """The model being trained, adapters (if any) applied in the forward."""
         return self.split.model(self.trainable, self.frozen)
