@@ -82,6 +82,7 @@ class JacobiForcing(Objective):
     trajectory_selection: ClassVar[str] = "progressive"
 
     def __post_init__(self):
+        super().__post_init__()
         require_positive_int(self.block_length, "[objective] block_length")
         if not self.ar_weight >= 0:
             raise ConfigError(f"[objective] ar_weight must be >= 0, got {self.ar_weight}")
