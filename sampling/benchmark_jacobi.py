@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.tokenizer import Tokenizer, answer_length
+from sampling.benchmark_sampler import timed
 
 TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
 
@@ -36,14 +36,10 @@ def prompts(tokenizer: Tokenizer, n: int, seed: int = 1234) -> list[list[int]]:
     return [tokenizer.encode(e.prompt) for e in make_mixture(TASKS, n, seed, split="test")]
 
 
-def timed(fn, repeats: int):
-    fn()  # compile / warm up
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
+def warm_timed(fn, repeats: int):
+    """`timed` after one call that compiles and warms up."""
+    fn()
+    return timed(fn, repeats)
 
 
 def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
@@ -61,8 +57,8 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
                           ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
                                                                             block_length=n))):
-        t_loop, res = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats)
-        t_step, res_b = timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats)
+        t_loop, res = warm_timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats)
+        t_step, res_b = warm_timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats)
 
         def hf_generate():
             with torch.no_grad():
@@ -70,7 +66,7 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
                                    attention_mask=torch.as_tensor(mask), max_new_tokens=g, do_sample=False,
                                    eos_token_id=eos, pad_token_id=eos).numpy()[:, ids.shape[1]:]
 
-        t_hf, greedy = timed(hf_generate, repeats)
+        t_hf, greedy = warm_timed(hf_generate, repeats)
         tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
         same = all(np.array_equal(res.tokens[i, ids.shape[1]:ids.shape[1] + answer_length(greedy[i], eos)],
                                   greedy[i, :answer_length(greedy[i], eos)]) for i in range(len(rows)))

@@ -110,16 +110,12 @@ class JacobiForcing(Objective):
         # consistency: noisy position i against clean position i + n, from the pair's first difference on
         noisy = stream == 1
         differs = noisy & (tokens != _shifted(tokens, n, -1))
-        pair_id = jnp.cumsum(noisy & (offset == 0), axis=1)          # 1, 2, ... per pair in the row
-        diverged = jnp.cumsum(differs, axis=1) - _pair_start_count(jnp.cumsum(differs, axis=1), noisy, offset)
-        scored = noisy & (diverged > 0)
-        per_token = jnp.where(scored, soft_ce(_shifted(logits, n, 0.0), logits, self.temperature), 0.0)
+        scored = noisy & (_within_pair(jnp.cumsum(differs, axis=1), noisy, offset) > 0)
+        # the scored positions are a suffix of their block: its length is n minus the offset where it starts
+        first = offset - _within_pair(jnp.cumsum(scored, axis=1), noisy, offset) + 1
+        per_token = soft_ce(_shifted(logits, n, 0.0), logits, self.temperature) / jnp.maximum(n - first, 1)
         pairs = noisy & (offset == 0)
-        ids = jnp.where(scored, pair_id + jnp.arange(tokens.shape[0])[:, None] * (length + 1), 0).reshape(-1)
-        count = jax.ops.segment_sum(scored.reshape(-1).astype(jnp.float32), ids, tokens.size + tokens.shape[0] + 1)
-        total = jax.ops.segment_sum(per_token.reshape(-1), ids, tokens.size + tokens.shape[0] + 1)
-        pair_means = jnp.where(count[1:] > 0, total[1:] / jnp.maximum(count[1:], 1), 0.0)
-        consistency = self.temperature ** 2 * pair_means.sum() / jnp.maximum(pairs.sum(), 1)
+        consistency = self.temperature ** 2 * jnp.where(scored, per_token, 0.0).sum() / jnp.maximum(pairs.sum(), 1)
         return {"ar": ar, "consistency": consistency, "clean_tokens": clean.sum(), "consistency_tokens": scored.sum(),
                 "pairs": pairs.sum(), "clean_accuracy": accuracy(before, tokens, clean),
                 "noisy_accuracy": accuracy(logits, _shifted(tokens, n + 1, -1), scored & (offset < n - 1))}
@@ -134,12 +130,12 @@ class JacobiForcing(Objective):
                       "masked_tokens": t["clean_tokens"], "consistency_tokens": t["consistency_tokens"]}
 
 
-def _pair_start_count(cum: jax.Array, noisy: jax.Array, offset: jax.Array) -> jax.Array:
-    """For every position, `cum` just before the start of its noisy block (so `cum - this` counts
-    inside the block only)."""
+def _within_pair(cum: jax.Array, noisy: jax.Array, offset: jax.Array) -> jax.Array:
+    """A running count `cum [B, L]` (a cumsum along the row) restarted at every noisy block's start:
+    at each position, the count since its block began."""
     start = noisy & (offset == 0)
-    before = jnp.where(start, _shifted(cum, -1, 0), 0)
-    return jax.lax.cummax(jnp.where(start, before, -1), axis=1).clip(0)
+    before = jax.lax.cummax(jnp.where(start, _shifted(cum, -1, 0), -1), axis=1).clip(0)
+    return cum - before
 
 
 @dataclasses.dataclass(frozen=True)
