@@ -18,7 +18,7 @@ from jaxdllm.data import (BatchConfig, BatchIterator, CopyTask, DataError, Datas
                           save_char_tokenizer, special_token_ids, task_names, tokenize_examples, write_jsonl)
 from jaxdllm.data.char_tokenizer import BOS_ID, CHARS, EOS_ID, MASK_ID, PAD_ID, VOCAB_SIZE
 
-SINGLE = ["copy", "reverse", "sort", "add"]
+SINGLE = ["copy", "reverse", "sort", "add", "copy_long", "reverse_long", "sort_long"]
 MANY = ["perm", "pick3", "twin", "word_problems"]
 
 
@@ -58,6 +58,23 @@ def test_single_answer_checkers_reject_wrong(prompt, right, wrong):
     assert task.check(prompt, right)
     for response in wrong:
         assert not task.check(prompt, response), response
+
+
+def test_long_variants_draw_10_to_16_digits_from_their_own_split():
+    """The long-answer tasks: 10-16 digits (11-17 answer tokens with EOS), the same checkers, and
+    held-out prompts of their own (a test prompt of `copy_long` is in no training split of it)."""
+    for name, solve in (("copy_long", lambda d: d), ("reverse_long", lambda d: d[::-1]),
+                        ("sort_long", lambda d: "".join(sorted(d)))):
+        examples = make_split(name, 400, seed=3)
+        lengths = {len(e.response) for e in examples}
+        assert min(lengths) == 10 and max(lengths) == 16, lengths
+        assert all(e.response == solve(e.prompt.split(" ")[1][:-1]) for e in examples)
+        assert get_task(name).description.endswith("10-16 digit list" + (" ascending" if "sort" in name else ""))
+        test = {e.prompt for e in make_split(name, 100, seed=0, split="test")}
+        assert not test & {e.prompt for e in make_split(name, 2000, seed=5)}
+    assert get_task("reverse_long").check("reverse 0123456789012=", "2109876543210 ")
+    assert not get_task("reverse_long").check("reverse 0123456789012=", "109876543210")  # one digit short
+    assert get_task("copy").description == "copy a 4-8 digit list"
 
 
 def test_permutation_accepts_any_ordering():

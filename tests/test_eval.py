@@ -76,8 +76,9 @@ def test_gsm8k_prompts_plain_and_chat():
 
 
 def test_resolve_tasks_expands_groups():
-    names = [t.name for t in resolve_tasks("suite,parallelbench,gsm8k,copy")]
-    assert names == ["copy", "reverse", "sort", "add", "perm", "pick3", "twin", "gsm8k"]
+    names = [t.name for t in resolve_tasks("suite,parallelbench,gsm8k,copy,long")]
+    assert names == ["copy", "reverse", "sort", "add", "perm", "pick3", "twin", "gsm8k", "copy_long",
+                     "reverse_long", "sort_long"]
     with pytest.raises(ConfigError, match="unknown task 'nope'.*or a group"):
         resolve_tasks("nope")
 

@@ -10,7 +10,8 @@ invalid one.
 
 Texts are short and character-level friendly: digit lists are written without separators
 (`"reverse 31415="` -> `"51413"`), every digit-task prompt ends with `=`. With the character
-tokenizer (BOS + prompt + response + EOS) the longest digit-task example is 27 tokens.
+tokenizer (BOS + prompt + response + EOS) the longest example of the six card tasks is 27 tokens;
+the long-answer variants `copy_long`, `reverse_long` and `sort_long` (10-16 digits) reach 43.
 
 Extend the suite by subclassing `Task` and calling `register_task`; `get_task(name)` and
 `task_names()` read the registry. Splits with a held-out test set are in `splits.py`.
@@ -128,6 +129,12 @@ class DigitListTask(Task):
 class _SingleAnswerDigits(DigitListTask):
     """A digit-list task whose answer is a function of the list."""
 
+    detail: ClassVar[str] = ""  # words after "<verb> a 4-8 digit list"
+
+    @property
+    def description(self) -> str:
+        return f"{self.verb} a {self.min_len}-{self.max_len} digit list{self.detail}"
+
     def solve(self, digits: str) -> str:
         raise NotImplementedError
 
@@ -145,7 +152,6 @@ class CopyTask(_SingleAnswerDigits):
 
     name: str = "copy"
     verb: ClassVar[str] = "copy"
-    description: ClassVar[str] = "copy a 4-8 digit list"
 
     def solve(self, digits):
         return digits
@@ -157,7 +163,6 @@ class ReverseTask(_SingleAnswerDigits):
 
     name: str = "reverse"
     verb: ClassVar[str] = "reverse"
-    description: ClassVar[str] = "reverse a 4-8 digit list"
 
     def solve(self, digits):
         return digits[::-1]
@@ -169,7 +174,7 @@ class SortTask(_SingleAnswerDigits):
 
     name: str = "sort"
     verb: ClassVar[str] = "sort"
-    description: ClassVar[str] = "sort a 4-8 digit list ascending"
+    detail: ClassVar[str] = " ascending"
 
     def solve(self, digits):
         return "".join(sorted(digits))
@@ -310,5 +315,12 @@ def task_names(many_answers: bool | None = None) -> list[str]:
     return [n for n, t in _REGISTRY.items() if many_answers is None or t.many_answers == many_answers]
 
 
-for _task in (CopyTask(), ReverseTask(), SortTask(), AdditionTask(), PermutationTask(), PickTask(), TwinTask()):
+# Long-answer variants (11-17 answer tokens with EOS): answers long enough for Jacobi decoding to
+# accept many tokens per forward, as it does on the published benchmarks' long answers.
+LONG_MIN_LEN, LONG_MAX_LEN = 10, 16
+
+for _task in (CopyTask(), ReverseTask(), SortTask(), AdditionTask(), PermutationTask(), PickTask(), TwinTask(),
+              CopyTask(name="copy_long", min_len=LONG_MIN_LEN, max_len=LONG_MAX_LEN),
+              ReverseTask(name="reverse_long", min_len=LONG_MIN_LEN, max_len=LONG_MAX_LEN),
+              SortTask(name="sort_long", min_len=LONG_MIN_LEN, max_len=LONG_MAX_LEN)):
     register_task(_task)

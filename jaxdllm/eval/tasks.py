@@ -13,8 +13,9 @@ a decoded response with the benchmark's own rule. Adapters:
 
 `resolve_tasks("suite,gsm8k")` expands the names a user types: `suite` (the six digit tasks of the
 model cards), `parallelbench` (the tasks where tokens committed in parallel can form an invalid
-combination: any permutation, any 3 items, and `twin`, whose two answer tokens must agree), `gsm8k`,
-or any registered suite task.
+combination: any permutation, any 3 items, and `twin`, whose two answer tokens must agree), `long`
+(copy, reverse and sort of 10-16 digits: answers long enough for Jacobi decoding to accept many
+tokens per forward; decode them with `gen_length` 32), `gsm8k`, or any registered suite task.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from jaxdllm.tokenizer import Tokenizer
 
 SUITE = ("copy", "reverse", "sort", "add", "perm", "pick3")
 PARALLELBENCH = ("perm", "pick3", "twin")
-GROUPS = {"suite": SUITE, "parallelbench": PARALLELBENCH}
+LONG = ("copy_long", "reverse_long", "sort_long")
+GROUPS = {"suite": SUITE, "parallelbench": PARALLELBENCH, "long": LONG}
 
 
 @dataclasses.dataclass(frozen=True)
