@@ -2,6 +2,7 @@
 
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.checkpoint import from_pretrained, load_state, save_pretrained, save_state
+from jaxdllm.compilation_cache import enable_compilation_cache
 from jaxdllm.decoding import GenerateResult, Sampler, SamplerConfig, generate, generate_stepwise
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import KVCache, ModelConfig, Transformer, align_logits
@@ -11,5 +12,5 @@ __version__ = "0.1.0"
 
 __all__ = ["CheckpointError", "ConfigError", "GenerateResult", "KVCache", "MaskSpec", "ModelConfig",
            "Sampler", "SamplerConfig", "Tokenizer",
-           "Transformer", "align_logits", "attend", "from_pretrained", "generate", "generate_stepwise", "load_state",
+           "Transformer", "align_logits", "attend", "enable_compilation_cache", "from_pretrained", "generate", "generate_stepwise", "load_state",
            "save_pretrained", "save_state"]

@@ -7,6 +7,10 @@
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
   jaxdllm distill generate RECIPE.toml   the teacher's checked answers for distillation ([distill] section)
   jaxdllm distill trajectories RECIPE.toml   ... with every Jacobi state (Jacobi Forcing, CLLM)
+
+The commands that compile (generate, eval, train, distill) use JAX's persistent compilation cache
+in `~/.cache/jaxdllm/xla` (`$JAXDLLM_COMPILATION_CACHE` names another folder, `off` turns it off):
+see `jaxdllm/compilation_cache.py`.
 """
 
 from __future__ import annotations
@@ -393,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMPILING_COMMANDS = ("generate", "eval", "train", "distill")
+
+
 def main(argv: list[str] | None = None) -> int:
     from jaxdllm.errors import CheckpointError, ConfigError, DataError, TrainingError
 
@@ -402,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jaxdllm {args.command}: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = one_line_warning  # the library's warnings, without Python's source line
+    if args.command in COMPILING_COMMANDS:  # a second run of the same shapes loads its programs
+        from jaxdllm.compilation_cache import enable_compilation_cache
+
+        enable_compilation_cache()
     try:
         return args.func(args)
     except (CheckpointError, ConfigError, DataError, TrainingError) as e:

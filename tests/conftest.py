@@ -5,6 +5,9 @@ import os
 # Must happen before jax is imported anywhere.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The command line turns on JAX's persistent compilation cache; tests that call it in this process
+# or in children keep it off unless they name a folder themselves (tests/test_compilation_cache.py).
+os.environ.setdefault("JAXDLLM_COMPILATION_CACHE", "off")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

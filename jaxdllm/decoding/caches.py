@@ -12,8 +12,8 @@ a finished block's rewrite) are not counted, so `nfe` is the same for every exac
 
 * `none`: the whole canvas each step (exact); the only one with CFG and answer-wide logits.
 * `prefix` (Fast-dLLM): at a block's first step the whole canvas, keeping every K/V; later steps
-  feed the block and everything after it. Approximate, as published: prefix K/V are not
-  recomputed as later tokens change.
+  feed the block and everything after it (one static shape per block index). Approximate, as
+  published: prefix K/V are not recomputed as later tokens change.
 * `dual` (Fast-dLLM): the same refresh; later steps feed only the block (prefix and suffix K/V
   stay as cached).
 * `block` (Fast-dLLM v2, block-causal models): exact. The prompt's K/V are prefilled once; each
@@ -142,22 +142,31 @@ class _Refreshed(Cache):
 
 @dataclasses.dataclass(frozen=True)
 class PrefixCache(_Refreshed):
-    """Later steps feed the block and everything after it: a fixed window of G (+ shift) tokens."""
+    """Later steps feed the block and everything after it, as published: `G - b * block_length`
+    (+ shift) tokens in block `b`. Shapes stay static with one branch per block index, selected by
+    `lax.switch` inside the one compiled loop (so a generation compiles `num_blocks` cached
+    forwards, and a step never feeds more than the published cache does)."""
 
     name = "prefix"
 
-    def slots(self, lay, config):
-        return lay.total + config.gen_length  # the window reaches G slots past the canvas: left empty
+    @staticmethod
+    def window(lay, config, block: int) -> tuple[int, int]:
+        """`(start, width)` in canvas positions of what a cached step of block `block` feeds."""
+        offset = block * config.block_length
+        return lay.prompt_len + offset - lay.shift, config.gen_length - offset + lay.shift
 
     def cached(self, model, state, view, lay, config, cache):
-        G, b = config.gen_length, state.canvas.shape[0]
-        start = block_start(state, lay, config) - lay.shift
-        past_end = jnp.full((b, G), lay.mask_id, state.canvas.dtype)
-        extended = CanvasView(jnp.concatenate([view.seg, jnp.zeros_like(past_end)], 1),  # invisible
-                              jnp.concatenate([view.positions, view.positions[:, -1:] + 1 + jnp.arange(G)], 1))
-        ids, pos, q_seg = extended.window(jnp.concatenate([state.canvas, past_end], 1), start, G + lay.shift)
-        return model(ids, pos, lay.mask(q_seg, q_offset=start, kind="bidirectional"), cache,
-                     logits_slice=(0, config.block_length))
+        def branch(block):
+            start, width = self.window(lay, config, block)
+
+            def run(cache):
+                ids, pos, q_seg = view.window(state.canvas, start, width)
+                return model(ids, pos, lay.mask(q_seg, q_offset=start, kind="bidirectional"), cache,
+                             logits_slice=(0, config.block_length))
+            return run
+
+        branches = [branch(b) for b in range(config.num_blocks)]
+        return jax.lax.switch(jnp.minimum(state.block, config.num_blocks - 1), branches, cache)
 
 
 @dataclasses.dataclass(frozen=True)
