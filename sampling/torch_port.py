@@ -10,6 +10,15 @@ step) and is written from `shared/reference/algorithms.md`, sections 1-4.
     out["nfe"]           # model forward passes (a CFG step counts 2)
     out["commit_step"]   # [1, Lp+G] long: NFE counter at the forward that committed each token
 
+With `cache="prefix"` or `"dual"` (Fast-dLLM's two approximate K/V caches) `generate` takes a
+model with cached forwards (`KVModel`, e.g. `sampling.torch_llada.TorchLLaDA`) instead of a
+logits function: a block's first step runs the whole canvas and keeps every layer's K/V, later
+steps of the block feed the block and everything after it (prefix) or the block alone (dual)
+against those stored, stale K/V. The preset `fast-dllm-dual` is
+
+    generate(model, prompt, gen_length=256, block_length=32, steps=256, mask_id=126336,
+             policy="threshold", threshold=0.9, cache="dual")
+
 Policies: "low_confidence" (LLaDA), "random" (LLaDA), "prophet" (early commit on the LLaDA
 schedule), "threshold" and "factor" (Fast-dLLM), "entropy" (dParallel), "local_leap",
 "credit" (CreditDecoding). The first three run a fixed `steps // num_blocks` forwards per
@@ -18,13 +27,14 @@ block; the others decode each block until it has no mask left, at least one toke
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 import torch
 
 SCHEDULE_POLICIES = ("low_confidence", "random", "prophet")
 UNTIL_FULL_POLICIES = ("threshold", "factor", "entropy", "local_leap", "credit")
 POLICIES = SCHEDULE_POLICIES + UNTIL_FULL_POLICIES
+CACHES = ("none", "prefix", "dual")
 
 
 # ----------------------------------------------------------------------------- model calls
@@ -55,6 +65,63 @@ def forward_logits(model_fn: Callable, x: torch.Tensor, prompt_len: int, mask_id
     un_x[:, :prompt_len] = mask_id
     un = call(un_x)
     return un + (cfg_scale + 1) * (cond - un), 2
+
+
+@runtime_checkable
+class KVModel(Protocol):
+    """A mask predictor with the two forwards of Fast-dLLM's caches (TorchLLaDA is one).
+
+    full(ids `[B, L]` long) -> (logits `[B, L, V]`, kv): the whole canvas, and the K/V of every
+        position of every layer. `kv` is opaque to the port: it is only handed back to `window`.
+    window(ids `[B, w]` long, start, kv, logits_len=None) -> logits `[B, logits_len or w, V]`: canvas
+        positions [start, start + w) only (RoPE at those positions); in every layer their queries
+        attend to their own fresh K/V and to `kv` at every other position. `kv` is not modified.
+    """
+
+    def full(self, ids: torch.Tensor) -> tuple[torch.Tensor, Any]: ...
+
+    def window(self, ids: torch.Tensor, start: int, kv: Any, logits_len: Optional[int] = None) -> torch.Tensor: ...
+
+
+def cache_window(cache: str, lo: int, hi: int, length: int, shift: bool) -> tuple[int, int]:
+    """Canvas positions [start, end) a cached (not first) step of block [lo, hi) feeds.
+
+    prefix: the block and everything after it; dual: the block alone. Everything outside is read
+    from the K/V stored at the block's first step. A token-shifted model also feeds the token
+    before the block, whose logit predicts the block's first token.
+    """
+    start = lo - int(shift)
+    return start, (length if cache == "prefix" else hi)
+
+
+class CachedForward:
+    """Fast-dLLM's cached forwards over one canvas `[B, L]`; holds the stored K/V between steps.
+
+    `block_logits(x, lo, hi, first)` returns the logits `[B, hi - lo, V]` float32 of block [lo, hi):
+    with `first` (a block's first step) from the whole canvas, storing every layer's K/V; else from
+    the `cache_window` forward against the K/V stored at the block's first step. Stale K/V are the
+    published approximation: they are refreshed only at the next block's first step. Either way
+    one forward (1 NFE).
+    """
+
+    def __init__(self, model: KVModel, cache: str, shift: bool = False):
+        if cache not in ("prefix", "dual"):
+            raise ValueError(f"CachedForward runs cache 'prefix' or 'dual', not {cache!r}")
+        if not isinstance(model, KVModel):
+            raise TypeError(f"cache={cache!r} needs a model with full() and window() (KVModel), "
+                            f"got {type(model).__name__}")
+        self.model, self.cache, self.shift, self.kv = model, cache, shift, None
+
+    def block_logits(self, x: torch.Tensor, lo: int, hi: int, first: bool) -> torch.Tensor:
+        if first:
+            logits, self.kv = self.model.full(x)
+            logits = logits.float()
+            return (shift_logits_right(logits) if self.shift else logits)[:, lo:hi]
+        if self.kv is None:
+            raise RuntimeError("a cached step before any full step: no stored K/V")
+        start, end = cache_window(self.cache, lo, hi, x.shape[1], self.shift)
+        # logits only for the block: the rows after it (prefix) decide nothing
+        return self.model.window(x[:, start:end], start, self.kv, logits_len=hi - lo).float()
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
@@ -217,8 +284,18 @@ class Canvas:
         out[lo:hi] = self.x[lo:hi] == self.mask_id
         return out
 
-    def commit(self, sel: torch.Tensor, tokens: torch.Tensor) -> None:
-        """Write tokens `[L]` (or a scalar) at the positions of bool sel `[L]`, stamped with NFE."""
+    def commit(self, sel: torch.Tensor, tokens: torch.Tensor, offset: int = 0) -> None:
+        """Write tokens `[n]` (or a scalar) at the positions of bool sel `[n]`, stamped with NFE.
+
+        sel and tokens cover canvas positions [offset, offset + n) (default: the whole canvas).
+        """
+        if offset or len(sel) != len(self.x):
+            n = len(sel)
+            full_sel = torch.zeros_like(self.x, dtype=torch.bool)
+            full_sel[offset:offset + n] = sel
+            full_tokens = self.x.clone()
+            full_tokens[offset:offset + n] = tokens
+            sel, tokens = full_sel, full_tokens
         self.x = torch.where(sel, tokens, self.x)
         self.commit_step = torch.where(sel, torch.full_like(self.x, self.nfe), self.commit_step)
 
@@ -246,11 +323,15 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
              local_leap_anchor=0.9, local_leap_relaxed=0.75, local_leap_radius=4,
              credit_threshold=0.95, credit_gamma=0.65, credit_lambda=0.70, credit_alpha=0.5,
              prophet_thresholds=(7.5, 5.0, 2.5), eos_id=None, eot_id=None,
-             confidence_eos_eot_inf=False, stop_at_eos=False, shift_logits=False, generator=None) -> dict:
+             confidence_eos_eot_inf=False, stop_at_eos=False, shift_logits=False, generator=None,
+             cache="none") -> dict:
     """Decode `gen_length` tokens after `prompt` `[1, Lp]` with `policy`.
 
-    `model_fn(x [1, L] long) -> logits [1, L, V]`. Returns dict(tokens `[1, Lp+G]`, nfe int,
-    commit_step `[1, Lp+G]`: 0 on the prompt, else the NFE count at the committing forward).
+    `model_fn(x [1, L] long) -> logits [1, L, V]`; with `cache` "prefix" or "dual" it must be a
+    `KVModel` instead (see `CachedForward`), and every policy but "prophet" (which reads the
+    whole answer's logits) decides from the current block's logits only. Returns dict(tokens
+    `[1, Lp+G]`, nfe int, commit_step `[1, Lp+G]`: 0 on the prompt, else the NFE count at the
+    committing forward).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {POLICIES}")
@@ -266,16 +347,25 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
     suppress = tuple(i for i in (eos_id, eot_id) if i is not None) if confidence_eos_eot_inf else ()
     if confidence_eos_eot_inf and not suppress:
         raise ValueError("confidence_eos_eot_inf needs eos_id and/or eot_id")
+    _check_cache(cache, policy, cfg_scale, shift_logits, prompt.shape[1])
 
     canvas = Canvas(prompt, gen_length, mask_id)
     lp = canvas.prompt_len
     steps_per_block = steps // num_blocks if policy in SCHEDULE_POLICIES else 0
+    cached = None if cache == "none" else CachedForward(model_fn, cache, shift_logits)
 
-    def step_logits() -> torch.Tensor:
-        """One decoding step's logits `[L, V]` (counts its forwards)."""
+    def step_logits(lo: int, hi: int, first: bool) -> tuple[torch.Tensor, int]:
+        """One decoding step's logits `[n, V]` for canvas positions [offset, offset + n), and offset.
+
+        Without a cache the whole canvas (n = L, offset 0); with one the block [lo, hi). Counts
+        its forwards.
+        """
+        if cached is not None:
+            canvas.nfe += 1
+            return cached.block_logits(canvas.x[None], lo, hi, first)[0], lo
         logits, calls = forward_logits(model_fn, canvas.x[None], lp, mask_id, cfg_scale, shift_logits)
         canvas.nfe += calls
-        return logits[0]
+        return logits[0], 0
 
     def finished_by_eos() -> bool:
         """After a step's commits: on a completed answer, pad the rest with EOS and stop."""
@@ -290,7 +380,7 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
         if policy in SCHEDULE_POLICIES:
             schedule = llada_schedule(int(canvas.masked(lo, hi).sum()), steps_per_block)
             for j, k in enumerate(schedule):
-                logits = step_logits()
+                logits, off = step_logits(lo, hi, first=j == 0)
                 x0 = sample_tokens(logits, temperature, generator)
                 if policy == "prophet":
                     # early commit: answer positions already agree with a wide logit margin
@@ -302,24 +392,29 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
                     conf = torch.rand(len(x0), dtype=torch.float64, device=x0.device, generator=generator)
                 else:
                     conf = token_confidence(logits, x0, suppress)
-                canvas.commit(select_topk(conf, canvas.masked(lo, hi), k), x0)
+                cand = canvas.masked(lo, hi)[off:off + len(x0)]
+                canvas.commit(select_topk(conf, cand, k), x0, off)
                 if finished_by_eos():
                     return canvas.result()
             continue
 
         credit = None  # reset per block; built at the first forward, which tells the vocab size
+        first = True
         while bool(canvas.masked(lo, hi).any()):
-            logits = step_logits()
-            cand = canvas.masked(lo, hi)
+            logits, off = step_logits(lo, hi, first)
+            first = False
+            # logits row r is canvas position off + r; the block is rows [a, z)
+            a, z = lo - off, hi - off
+            cand = canvas.masked(lo, hi)[off:off + len(logits)]
             if policy == "credit":
                 if credit is None:
                     credit = CreditState(block_length, logits.shape[-1], credit_gamma, credit_lambda,
                                          credit_alpha, logits.device)
-                fused, block_conf = credit.update(logits[lo:hi])
-                x0 = canvas.x.clone()
-                x0[lo:hi] = sample_tokens(fused, temperature, generator)
+                fused, block_conf = credit.update(logits[a:z])
+                x0 = canvas.x[off:off + len(logits)].clone()
+                x0[a:z] = sample_tokens(fused, temperature, generator)
                 conf = torch.zeros(len(x0), dtype=torch.float64, device=x0.device)
-                conf[lo:hi] = block_conf
+                conf[a:z] = block_conf
                 sel = cand & (conf >= credit_threshold)
                 if not bool(sel.any()):
                     sel = _best(conf, cand)
@@ -327,7 +422,7 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
                 x0 = sample_tokens(logits, temperature, generator)
                 if policy == "entropy":
                     h = torch.full((len(x0),), torch.inf, dtype=torch.float64, device=x0.device)
-                    h[lo:hi] = entropy(logits[lo:hi])  # only the block's candidates can win
+                    h[a:z] = entropy(logits[a:z])  # only the block's candidates can win
                     sel = select_entropy(h, cand, entropy_threshold)
                 else:
                     conf = token_confidence(logits, x0, suppress)
@@ -338,26 +433,50 @@ def generate(model_fn, prompt, *, gen_length, block_length, steps, mask_id, poli
                     else:
                         sel = select_local_leap(conf, cand, local_leap_anchor, local_leap_relaxed,
                                                 local_leap_radius)
-            canvas.commit(sel, x0)
+            canvas.commit(sel, x0, off)
             if finished_by_eos():
                 return canvas.result()
 
     return canvas.result()
 
 
+def _check_cache(cache: str, policy: str, cfg_scale: float, shift_logits: bool, prompt_len: int) -> None:
+    """ValueError for a cache name, or a combination with it, the cached forwards cannot run."""
+    if cache not in CACHES:
+        raise ValueError(f"unknown cache {cache!r}; choose from {CACHES}")
+    if cache == "none":
+        return
+    if cfg_scale > 0:  # the unconditional canvas would need K/V of its own
+        raise ValueError(f"cfg_scale > 0 needs cache='none', not cache={cache!r}")
+    if policy == "prophet":  # its early commit reads the whole answer's logits; a cached step has the block's
+        raise ValueError(f"policy 'prophet' needs cache='none', not cache={cache!r}")
+    if shift_logits and cache == "dual":
+        raise ValueError("shift_logits (token-shifted models) is not supported with cache='dual'")
+    if shift_logits and prompt_len == 0:  # the window would start before the canvas
+        raise ValueError(f"shift_logits with cache={cache!r} needs a non-empty prompt")
+
+
 @torch.no_grad()
 def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_id, policy="low_confidence",
-                   threshold=0.9) -> dict:
+                   threshold=0.9, cache="none") -> dict:
     """Batched form of the published loop (as LLaDA's and Fast-dLLM's own `generate` run a batch
     of equal-length prompts): one forward of the whole `[B, Lp+G]` canvas per step, per-row
     selection. Greedy, no CFG; policies "low_confidence" and "threshold". For benchmarks.
+
+    With `cache` "prefix" or "dual", `model_fn` is a `KVModel` and the steps run Fast-dLLM's cached
+    forwards for the whole batch (`CachedForward`): a block's first step refreshes every row's
+    K/V; the block ends when no row has a mask left in it, and a row only counts the forwards at
+    which it still had one (as `generate` does for the row alone).
 
     Returns dict(tokens [B, Lp+G], nfe [B]).
     """
     if policy not in ("low_confidence", "threshold"):
         raise ValueError("generate_batch supports policy 'low_confidence' or 'threshold'")
+    _check_cache(cache, policy, 0.0, False, prompts.shape[1])
+    cached = None if cache == "none" else CachedForward(model_fn, cache)
     b, lp = prompts.shape
-    x = torch.cat([prompts, torch.full((b, gen_length), mask_id, dtype=prompts.dtype)], dim=1)
+    x = torch.cat([prompts, torch.full((b, gen_length), mask_id, dtype=prompts.dtype, device=prompts.device)],
+                  dim=1)
     nb = gen_length // block_length
     nfe = torch.zeros(b, dtype=torch.long)
     for blk in range(nb):
@@ -365,7 +484,10 @@ def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_i
         schedule = llada_schedule(block_length, steps // nb) if policy == "low_confidence" else None
         j = 0
         while (x[:, start:end] == mask_id).any() if schedule is None else j < len(schedule):
-            logits = model_fn(x).float()[:, start:end]
+            if cached is None:
+                logits = model_fn(x).float()[:, start:end]
+            else:
+                logits = cached.block_logits(x, start, end, first=j == 0)
             x0 = logits.argmax(-1)
             conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
             for row in range(b):
