@@ -152,20 +152,23 @@ class TorchLLaDA(nn.Module):
         self.ff_out = None if self.weight_tying else nn.Linear(d, vocab, bias="lm_head" in bias)
 
     @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype = torch.float32) -> "TorchLLaDA":
+    def from_pretrained(cls, path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> "TorchLLaDA":
         """Load `config.json` and `model.safetensors` (or a sharded index) from directory `path`.
 
-        Weights are cast to `dtype`; a missing or unexpected tensor raises (strict loading).
+        Weights are cast to `dtype` and placed on `device` (read straight there, so an 8B model
+        needs no host copy of its own); a missing or unexpected tensor raises (strict loading).
+        The modules are built without storage (meta device) and take the loaded tensors as they are.
         """
         path = Path(path)
         config = json.loads((path / "config.json").read_text())
         weights = {k[len(PREFIX):] if k.startswith(PREFIX) else k: v.to(dtype)
-                   for k, v in _read_safetensors(path).items()}
+                   for k, v in _read_safetensors(path, device).items()}
         bias = {k.split(".")[-2] for k in weights if k.startswith("blocks.") and k.endswith(".bias")}
         if "ff_out.bias" in weights:
             bias.add("lm_head")
-        model = cls(config, bias).to(dtype)
-        model.load_state_dict(weights, strict=True)
+        with torch.device("meta"):
+            model = cls(config, bias)
+        model.load_state_dict(weights, strict=True, assign=True)
         return model
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -214,16 +217,17 @@ class TorchLLaDA(nn.Module):
         return logits.float(), (fresh if return_kv else None)
 
 
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint directory: one `model.safetensors` or the shards of an index."""
+def _read_safetensors(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint directory, on `device`: one `model.safetensors` or the shards of an index."""
     from safetensors.torch import load_file
 
+    device = str(device)
     if (path / INDEX_FILE).exists():
         weight_map = json.loads((path / INDEX_FILE).read_text())["weight_map"]
         out: dict[str, torch.Tensor] = {}
         for shard in sorted(set(weight_map.values())):
-            out.update(load_file(str(path / shard)))
+            out.update(load_file(str(path / shard), device=device))
         return out
     if (path / SINGLE_FILE).exists():
-        return load_file(str(path / SINGLE_FILE))
+        return load_file(str(path / SINGLE_FILE), device=device)
     raise FileNotFoundError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE}")
