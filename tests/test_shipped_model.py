@@ -75,11 +75,13 @@ def test_causal_model_card(task):
 JF = DEFAULT_MODEL.parent / "tasks-qwen2-small-jf"
 
 
-@pytest.mark.parametrize("task,card_accuracy,card_nfe,base_nfe", [("sort", 0.99, 2.11, 5.37), ("copy", 1.0, 2.52, 3.79)])
+@pytest.mark.parametrize("task,card_accuracy,card_nfe,base_nfe", [("sort", 1.0, 2.15, 5.62), ("copy", 1.0, 2.22, 5.14),
+                                                                  ("reverse_long", 1.0, 2.31, 12.06)])
 def test_jacobi_forcing_model_card(task, card_accuracy, card_nfe, base_nfe):
     """The card's Jacobi row on its 200 held-out prompts: the card's accuracy, in the card's number of
-    forwards, far fewer than the base model needs with the same sampler."""
+    forwards, far fewer than the base model needs with the same sampler (the card's base column)."""
     model, tok = from_pretrained(JF), Tokenizer.from_pretrained(JF)
-    result = evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=16, block_length=16), n=200)
+    result = evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=32, block_length=16), n=200)
     assert result["accuracy"] >= card_accuracy - 0.005, result
-    assert result["mean_nfe"] <= card_nfe + 0.02 and result["mean_nfe"] < base_nfe - 1, result
+    assert result["mean_nfe"] <= card_nfe + 0.02 and result["mean_nfe"] < base_nfe - 2, result
+    assert result["answer_tokens_per_forward"] >= 3.0, result  # the target: >= 3 tokens per forward
