@@ -40,6 +40,7 @@ import jaxdllm
 from jaxdllm.eval import left_pad
 from jaxdllm.tokenizer import answer_length, decode_response
 
+jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 print("JAX", jax.__version__, "on", jax.default_backend())
 model = jaxdllm.from_pretrained("checkpoints/tasks-llada-small")
 distilled = jaxdllm.from_pretrained("checkpoints/tasks-llada-small-dparallel", dtype="float32")

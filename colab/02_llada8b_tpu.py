@@ -45,6 +45,7 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import sharding
 
+jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 SMALL = jax.default_backend() == "cpu"
 print("JAX", jax.__version__, "|", jax.device_count(), "x", jax.devices()[0].device_kind, "| small size:", SMALL)
 

@@ -42,8 +42,10 @@ from pathlib import Path
 import jax
 import matplotlib.pyplot as plt
 
+import jaxdllm
 from jaxdllm.train import TrainConfig, Trainer
 
+jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 SMALL = jax.default_backend() == "cpu"
 print("JAX", jax.__version__, "|", jax.device_count(), "x", jax.devices()[0].device_kind, "| small size:", SMALL)
 

@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None,
                    help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
     p.add_argument("--tasks", default="suite",
-                   help="comma-separated: suite task names, the groups 'suite' and 'parallelbench', 'gsm8k'")
+                   help="comma-separated: suite task names, the groups 'suite', 'long' and 'parallelbench', 'gsm8k'")
     p.add_argument("--n", default="200", help="prompts per task (GSM8K: the first n of the test split, or 'all')")
     p.add_argument("--seed", type=int, default=1234, help="draw of the held-out suite prompts")
     p.add_argument("--preset", default=None,

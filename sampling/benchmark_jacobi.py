@@ -8,7 +8,8 @@
   and checks that (a) and (b) give transformers' tokens.
 
   by_n: answer tokens per forward against the Jacobi window n, for each model given (`--models`),
-  plain and with multi-block decoding + rejection recycling (the `jacobi-forcing` preset).
+  plain and with multi-block decoding + rejection recycling (the `jacobi-forcing` preset), on the
+  six card tasks (answers of 4-8 tokens) and on the long-answer tasks (11-17 tokens) apart.
 
     python -m sampling.benchmark_jacobi --out sampling/results/jacobi_cpu
 """
@@ -25,15 +26,17 @@ import jaxdllm
 from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
+from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.tokenizer import Tokenizer, answer_length
 from sampling.benchmark_sampler import timed
 
-TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
+GROUPS = {"suite": SUITE, "long": LONG}
+GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
 
 
-def prompts(tokenizer: Tokenizer, n: int, seed: int = 1234) -> list[list[int]]:
-    """`n` held-out suite prompts per task, tokenised."""
-    return [tokenizer.encode(e.prompt) for e in make_mixture(TASKS, n, seed, split="test")]
+def prompts(tokenizer: Tokenizer, n: int, tasks=SUITE + LONG, seed: int = 1234) -> list[list[int]]:
+    """`n` held-out prompts per task, tokenised."""
+    return [tokenizer.encode(e.prompt) for e in make_mixture(tasks, n, seed, split="test")]
 
 
 def warm_timed(fn, repeats: int):
@@ -50,9 +53,9 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     tokenizer = Tokenizer.from_pretrained(model_dir)
     hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     eos, pad = model.config.eos_token_id, model.config.pad_token_id or 0
-    rows = prompts(tokenizer, 4)[:batch]
+    rows = prompts(tokenizer, 1)[:batch]  # one prompt per task, short and long
     ids, mask = left_pad(rows, pad)
-    g = 16
+    g = GEN_LENGTH
     out = []
     for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
                           ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
@@ -86,14 +89,16 @@ def by_n(model_dirs: list[Path], ns: list[int], n_prompts: int) -> list[dict]:
         model = jaxdllm.from_pretrained(model_dir)
         tokenizer = Tokenizer.from_pretrained(model_dir)
         eos, pad = model.config.eos_token_id, model.config.pad_token_id or 0
-        ids, mask = left_pad(prompts(tokenizer, n_prompts), pad)
-        for preset in ("jacobi", "jacobi-forcing"):
-            for n in ns:
-                res = jaxdllm.generate(model, ids, SamplerConfig.preset(preset, gen_length=16, block_length=n),
-                                       attention_mask=mask)
-                tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
-                out.append(dict(model=model_dir.name, sampler=preset, n=n, tokens_per_forward=tokens / float(res.nfe.sum())))
-                print(json.dumps(out[-1]), flush=True)
+        for group, tasks in GROUPS.items():
+            ids, mask = left_pad(prompts(tokenizer, n_prompts, tasks), pad)
+            for preset in ("jacobi", "jacobi-forcing"):
+                for n in ns:
+                    config = SamplerConfig.preset(preset, gen_length=GEN_LENGTH, block_length=n)
+                    res = jaxdllm.generate(model, ids, config, attention_mask=mask)
+                    tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
+                    out.append(dict(model=model_dir.name, tasks=group, sampler=preset, n=n,
+                                    tokens_per_forward=tokens / float(res.nfe.sum())))
+                    print(json.dumps(out[-1]), flush=True)
     return out
 
 
@@ -102,17 +107,22 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for (model, sampler) in sorted({(r["model"], r["sampler"]) for r in result["by_n"]}):
-        pts = [r for r in result["by_n"] if r["model"] == model and r["sampler"] == sampler]
-        ax.plot([r["n"] for r in pts], [r["tokens_per_forward"] for r in pts], "o-" if sampler == "jacobi" else "s--",
-                label=f"{model} ({'multi-block + recycling' if sampler != 'jacobi' else 'plain Jacobi'})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("Jacobi window n (tokens)")
-    ax.set_ylabel("answer tokens per forward")
-    ax.set_title("Jacobi decoding on the task suite (greedy: same tokens as AR)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    titles = {"suite": "six card tasks (answers of 4-8 tokens)", "long": "long-answer tasks (11-17 tokens)"}
+    fig, axes = plt.subplots(1, len(GROUPS), figsize=(11, 4.2), sharey=True)
+    for ax, group in zip(axes, GROUPS):
+        rows = [r for r in result["by_n"] if r["tasks"] == group]
+        for (model, sampler) in sorted({(r["model"], r["sampler"]) for r in rows}):
+            pts = [r for r in rows if r["model"] == model and r["sampler"] == sampler]
+            ax.plot([r["n"] for r in pts], [r["tokens_per_forward"] for r in pts],
+                    "o-" if sampler == "jacobi" else "s--",
+                    label=f"{model} ({'multi-block + recycling' if sampler != 'jacobi' else 'plain Jacobi'})")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("Jacobi window n (tokens)")
+        ax.set_title(titles[group], fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("answer tokens per forward")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Jacobi decoding, greedy (same tokens as AR)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -121,7 +131,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="checkpoints/tasks-qwen2-small,checkpoints/tasks-qwen2-small-jf",
                    help="comma-separated causal checkpoints; the last is the one timed")
-    p.add_argument("--ns", default="1,2,4,8,16")
+    p.add_argument("--ns", default="1,2,4,8,16,32")
     p.add_argument("--n-prompts", type=int, default=50, help="held-out prompts per task for by_n")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="sampling/results/jacobi_cpu")

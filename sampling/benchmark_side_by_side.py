@@ -16,9 +16,7 @@ Decoders, all on identical weights read from one checkpoint directory (LLaDA lay
   the whole generation in one compiled `jax.lax.while_loop`.
 * `torch_eager`: the PyTorch eager port of the published loops (`sampling.torch_port.
   generate_batch`: one forward of the whole batch per step, per-row selection in Python) on
-  `sampling.torch_llada.TorchLLaDA`. `generate_batch` runs the policies "low_confidence" and
-  "threshold"; dParallel's entropy rule runs in `port_generate_batch` here, the same loop with the
-  port's own `entropy` and `select_entropy`.
+  `sampling.torch_llada.TorchLLaDA`.
 * `torch_compile`: the same loop with `TorchLLaDA.forward`, `full` and `window` wrapped in
   `torch.compile` (`--no-torch-compile` skips it; a failure is recorded in the row).
 
@@ -206,49 +204,6 @@ class PortModel:
         return self._no_mask(self._window(ids, start, kv, logits_len))
 
 
-def port_generate_batch(model, prompts, *, gen_length: int, block_length: int, steps: int, mask_id: int,
-                        policy: str, threshold: float = 0.9, entropy_threshold: float = 0.5,
-                        cache: str = "none") -> dict:
-    """The eager port's batched loop: prompts `[B, Lp]` long -> dict(tokens `[B, Lp+G]`, nfe `[B]`).
-
-    "low_confidence" and "threshold" run `torch_port.generate_batch`; "entropy" (dParallel) runs
-    the same loop here with the port's `entropy` and `select_entropy` (the lowest-entropy masked
-    position of the block plus every one with entropy <= `entropy_threshold`, until the block is full).
-    """
-    import torch
-
-    from sampling import torch_port as tp
-
-    if policy != "entropy":
-        return tp.generate_batch(model, prompts, gen_length=gen_length, block_length=block_length, steps=steps,
-                                 mask_id=mask_id, policy=policy, threshold=threshold, cache=cache)
-    tp._check_cache(cache, policy, 0.0, False, prompts.shape[1])
-    cached = None if cache == "none" else tp.CachedForward(model, cache)
-    b, lp = prompts.shape
-    x = torch.cat([prompts, torch.full((b, gen_length), mask_id, dtype=prompts.dtype, device=prompts.device)], 1)
-    nfe = torch.zeros(b, dtype=torch.long)
-    with torch.no_grad():
-        for blk in range(gen_length // block_length):
-            start, end = lp + blk * block_length, lp + (blk + 1) * block_length
-            j = 0
-            while (x[:, start:end] == mask_id).any():
-                if cached is None:
-                    logits = model(x).float()[:, start:end]
-                else:
-                    logits = cached.block_logits(x, start, end, first=j == 0)
-                x0 = logits.argmax(-1)
-                h = tp.entropy(logits)  # [B, block] float64
-                for row in range(b):
-                    cand = x[row, start:end] == mask_id
-                    if not cand.any():
-                        continue
-                    nfe[row] += 1
-                    pick = tp.select_entropy(h[row], cand, entropy_threshold)
-                    x[row, start:end] = torch.where(pick, x0[row], x[row, start:end])
-                j += 1
-    return {"tokens": x, "nfe": nfe}
-
-
 # ----------------------------------------------------------------------------- measuring
 
 def peak_flops(device_kind: str, platform: str, flag: float | None) -> tuple[float, str]:
@@ -315,6 +270,8 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
     """Time the decoders on one (preset, batch) row; returns the row dict (see the module docstring)."""
     import torch
 
+    from sampling.torch_port import generate_batch
+
     config = ctx["config"]
     lp, gen = args.prompt_len, args.gen_length
     cfg = SamplerConfig.preset(name, gen_length=gen, steps=gen, prompt_bucket=lp)
@@ -364,7 +321,7 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
         try:
             def call():
                 model.calls.clear()
-                return port_generate_batch(model, prompts, **kw)
+                return generate_batch(model, prompts, **kw)
 
             first_t, wall_t, out = _timed(call, args.reps, sync)
             flops = sum(forward_flops(config, b, fed, keys) for b, fed, keys in model.calls)

@@ -458,10 +458,12 @@ def _check_cache(cache: str, policy: str, cfg_scale: float, shift_logits: bool, 
 
 @torch.no_grad()
 def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_id, policy="low_confidence",
-                   threshold=0.9, cache="none") -> dict:
+                   threshold=0.9, entropy_threshold=0.5, cache="none") -> dict:
     """Batched form of the published loop (as LLaDA's and Fast-dLLM's own `generate` run a batch
     of equal-length prompts): one forward of the whole `[B, Lp+G]` canvas per step, per-row
-    selection. Greedy, no CFG; policies "low_confidence" and "threshold". For benchmarks.
+    selection. Greedy, no CFG; policies "low_confidence", "threshold" and "entropy" (dParallel:
+    the lowest-entropy masked position of the block plus every one with entropy <=
+    `entropy_threshold`). For benchmarks.
 
     With `cache` "prefix" or "dual", `model_fn` is a `KVModel` and the steps run Fast-dLLM's cached
     forwards for the whole batch (`CachedForward`): a block's first step refreshes every row's
@@ -470,8 +472,8 @@ def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_i
 
     Returns dict(tokens [B, Lp+G], nfe [B]).
     """
-    if policy not in ("low_confidence", "threshold"):
-        raise ValueError("generate_batch supports policy 'low_confidence' or 'threshold'")
+    if policy not in ("low_confidence", "threshold", "entropy"):
+        raise ValueError("generate_batch supports policy 'low_confidence', 'threshold' or 'entropy'")
     _check_cache(cache, policy, 0.0, False, prompts.shape[1])
     cached = None if cache == "none" else CachedForward(model_fn, cache)
     b, lp = prompts.shape
@@ -489,14 +491,21 @@ def generate_batch(model_fn, prompts, *, gen_length, block_length, steps, mask_i
             else:
                 logits = cached.block_logits(x, start, end, first=j == 0)
             x0 = logits.argmax(-1)
-            conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
+            if policy == "entropy":
+                h = entropy(logits)  # [B, block] float64
+            else:
+                conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
             for row in range(b):
                 cand = x[row, start:end] == mask_id
                 if not cand.any():
                     continue
                 nfe[row] += 1
-                pick = (select_topk(conf[row], cand, schedule[j]) if schedule is not None
-                        else select_threshold(conf[row], cand, threshold))
+                if policy == "entropy":
+                    pick = select_entropy(h[row], cand, entropy_threshold)
+                elif schedule is not None:
+                    pick = select_topk(conf[row], cand, schedule[j])
+                else:
+                    pick = select_threshold(conf[row], cand, threshold)
                 x[row, start:end] = torch.where(pick, x0[row], x[row, start:end])
             j += 1
     return {"tokens": x, "nfe": nfe}

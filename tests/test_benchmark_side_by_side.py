@@ -11,9 +11,9 @@ import torch
 from llada_reference import make_llada_checkpoint
 from sampler_fixtures import HEAD_SCALE, MASK_ID
 
-from sampling.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main, port_generate_batch
+from sampling.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main
 from sampling.torch_llada import TorchLLaDA
-from sampling.torch_port import generate
+from sampling.torch_port import generate, generate_batch
 
 
 def test_tiny_run_writes_every_column_and_matches_the_port(tmp_path):
@@ -60,7 +60,7 @@ def test_batched_entropy_loop_equals_the_port_per_row(tmp_path, cache):
     model = PortModel(TorchLLaDA.from_pretrained(tmp_path).eval(), MASK_ID)
     prompts = torch.as_tensor(np.random.RandomState(5).randint(0, 120, (3, 6)), dtype=torch.long)
     kw = dict(gen_length=16, block_length=8, steps=16, mask_id=MASK_ID, entropy_threshold=0.5, cache=cache)
-    out = port_generate_batch(model, prompts, policy="entropy", **kw)
+    out = generate_batch(model, prompts, policy="entropy", **kw)
     assert len(model.calls) >= int(out["nfe"].max()) and int(out["nfe"].min()) < 16
     for i in range(len(prompts)):
         ref = generate(model, prompts[i:i + 1], policy="entropy", **kw)
