@@ -107,7 +107,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    titles = {"suite": "six card tasks (answers of 4-8 tokens)", "long": "long-answer tasks (11-17 tokens)"}
+    titles = {"suite": "six card tasks (answers of 4-9 tokens with EOS)", "long": "long-answer tasks (11-17 tokens with EOS)"}
     fig, axes = plt.subplots(1, len(GROUPS), figsize=(11, 4.2), sharey=True)
     for ax, group in zip(axes, GROUPS):
         rows = [r for r in result["by_n"] if r["tasks"] == group]

@@ -16,6 +16,7 @@ from sampling.torch_llada import TorchLLaDA
 from sampling.torch_port import generate, generate_batch
 
 
+@pytest.mark.slow  # a whole benchmark run at tiny size (~15 s)
 def test_tiny_run_writes_every_column_and_matches_the_port(tmp_path):
     out = tmp_path / "side_by_side"
     rc = main(["--size", "tiny", "--rows", "fast-dllm-parallel", "fast-dllm-dual", "--batches", "1", "2",

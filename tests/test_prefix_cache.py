@@ -47,8 +47,9 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.mark.parametrize("shift", [False, True], ids=["llada", "token-shifted"])
-@pytest.mark.parametrize("policy,gen,block,steps", [("threshold", 32, 8, 32), ("llada", 24, 8, 12),
-                                                    ("entropy", 32, 16, 32)])
+@pytest.mark.parametrize("policy,gen,block,steps", [("threshold", 32, 8, 32),
+                                                    pytest.param("llada", 24, 8, 12, marks=pytest.mark.slow),
+                                                    pytest.param("entropy", 32, 16, 32, marks=pytest.mark.slow)])
 def test_tokens_equal_the_fixed_window_prefix_cache(checkpoint, shift, policy, gen, block, steps):
     model = jaxdllm.from_pretrained(checkpoint, shift_logits=shift)
     ids, mask, _ = prompts([3, 7, 5], seed=21)

@@ -94,12 +94,13 @@ def test_window_reads_the_stored_kv_not_the_new_tokens(setup):
 PORT_NAMES = {"llada": "low_confidence"}
 CASES = [
     # (cache, policy, gen_length, steps, token-shifted), block_length 8. The first four hold every
-    # pair of (cache, policy), (cache, G) and (policy, G) values once (each case is one compile).
+    # pair of (cache, policy), (cache, G) and (policy, G) values once (each case is one compile);
+    # the default run takes three of them and the shifted case, the slow run the rest.
     ("prefix", "threshold", 32, 32, False),
     ("prefix", "entropy", 24, 24, False),
     ("dual", "threshold", 24, 24, False),
-    ("dual", "entropy", 32, 32, False),
-    ("dual", "llada", 24, 12, False),       # LLaDA's fixed schedule, 2 tokens per step
+    pytest.param("dual", "entropy", 32, 32, False, marks=pytest.mark.slow),
+    pytest.param("dual", "llada", 24, 12, False, marks=pytest.mark.slow),  # LLaDA's fixed schedule
     ("prefix", "threshold", 24, 24, True),  # Dream-style logits: the window starts one token early
 ]
 
@@ -117,7 +118,8 @@ def _cached_step_commits_several(commit_step, prompt_len, gen, block) -> bool:
 
 
 @pytest.mark.parametrize("cache,policy,gen,steps,shift", CASES,
-                         ids=[f"{c}-{p}-G{g}-S{s}" + ("-shifted" if sh else "") for c, p, g, s, sh in CASES])
+                         ids=[f"{c}-{p}-G{g}-S{s}" + ("-shifted" if sh else "")
+                              for c, p, g, s, sh in (getattr(x, "values", x) for x in CASES)])
 def test_cached_port_matches_jaxdllm(setup, cache, policy, gen, steps, shift):
     path, jax_model, model, _, _ = setup
     block = 8
