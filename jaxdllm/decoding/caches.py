@@ -31,7 +31,6 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.layout import CanvasView
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 from jaxdllm.registry import Registry, Settings
