@@ -1,0 +1,206 @@
+"""Where a sampler step's time goes: a JAX profiler trace of one compiled generation with its XLA
+ops grouped by the JAX operation they came from, and an audit of whole-K/V-cache copies in the
+compiled program.
+
+    python -m sampling.profile_sampler --preset fast-dllm-dual --batch 8     # GPU: llada-8b shapes, bf16
+    python -m sampling.profile_sampler --size small --preset llada --batch 1  # CPU: a small LLaDA, fp32
+    python -m sampling.profile_sampler --size small --preset fast-dllm-prefix --batch 8 --trace-dir /tmp/t
+
+(run from the repository root.) Weights are random; the LM head is scaled as in
+`sampling.benchmark_side_by_side` so the threshold presets commit several tokens per forward.
+
+Writes `<out>.json` (default `sampling/results/profile_<size>_<preset>_b<batch>.json`):
+
+* `groups`: XLA op time summed by the JAX operation in its metadata (`bld,dm->blm` is the MLP's
+  up/gate matmul, `dynamic_update_slice` a K/V write, `reduce` e.g. an argmax), each with ms,
+  share of all XLA op time and ms per loop step, largest first; `--top` of them are printed.
+* `top_ops`: the largest single XLA ops (fusions) with their JAX operation.
+* `cache_copies`: `copy` instructions whose result has a K/V cache array's shape, by the
+  computation holding them. `ENTRY` copies run once per generation (the empty cache); copies in
+  any other computation (the loop body, a branch of the cache's conditional) run every step that
+  reaches them, and each moves a whole layer's cache through memory.
+
+The trace's op times are the profiler's; on a CPU they include the XLA runtime's thread waits
+inside an op. `wall_s` is an untraced call for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+import jaxdllm
+from jaxdllm.decoding import SamplerConfig
+from jaxdllm.decoding.loop import decode
+from jaxdllm.decoding.methods import method_of
+from jaxdllm.decoding.sampler import prepare
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.transformer import Transformer
+
+_HLO_OP = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\S+) .*?op_name=\"([^\"]+)\"")
+_COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
+_WRAPPERS = re.compile(r"^(jit\(.*\)|while|body|cond|branch_\d+_fun|closed_call|checkpoint|remat)$")
+
+
+def build_model(size: str, head_scale: float | None) -> Transformer:
+    """Random LLaDA-shaped weights: `8b` (llada-8b, bf16, made on the device) or `tiny`/`small`
+    (`sampling.benchmark_sampler.SIZES`, fp32), LM head times `head_scale` (default: the
+    side-by-side benchmark's calibrated factor for the shape)."""
+    from sampling.benchmark_gpu_sampler import random_model
+    from sampling.benchmark_sampler import SIZES
+    from sampling.benchmark_side_by_side import default_head_scale
+
+    if size == "8b":
+        model = random_model(ModelConfig.preset("llada-8b"))
+    else:
+        model = Transformer(ModelConfig.preset("tiny-llada", **SIZES[size]), rngs=nnx.Rngs(0))
+    scale = default_head_scale(model.config) if head_scale is None else head_scale
+    model.lm_head.set_value(model.lm_head[...] * scale)
+    return model
+
+
+def op_group(op_name: str) -> str:
+    """The JAX operation an XLA op came from, without the loop/branch path: `bld,dm->blm` for an
+    einsum's matmul, else the last name (`dynamic_update_slice`, `reduce_max`, ...)."""
+    parts = [p for p in op_name.split("/") if not _WRAPPERS.match(p)]
+    if not parts:  # the loop's own control flow (e.g. the cache's conditional)
+        return op_name.rsplit("/", 1)[-1]
+    if parts[-1] == "dot_general" and len(parts) > 1:
+        return parts[-2]
+    return parts[-1]
+
+
+def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str]]:
+    """XLA op name -> (result type, JAX op_name metadata) from a compiled module's text."""
+    ops = {}
+    for line in hlo_text.splitlines():
+        m = _HLO_OP.match(line)
+        if m:
+            ops[m.group(1)] = (m.group(2), m.group(3))
+    return ops
+
+
+def cache_copies(hlo_text: str, kv_dims: tuple[int, ...]) -> dict[str, int]:
+    """Count of `copy` instructions with a K/V array's dims (`[B, S, Hkv, Dh]`, or with a leading
+    layer axis for scanned models) per computation name (`ENTRY` for the entry computation)."""
+    dims = ",".join(map(str, kv_dims))
+    shape = re.compile(rf"= \w+\[(?:\d+,)?{dims}\]\S* copy\(")
+    counts, computation = collections.Counter(), None
+    for line in hlo_text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m and line.rstrip().endswith("{"):
+            computation = "ENTRY" if m.group(1) else m.group(2)
+        elif shape.search(line):
+            counts[computation] += 1
+    return dict(counts)
+
+
+def trace_op_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
+    """(total µs, count) per event key of the perfetto trace under `trace_dir`; a GPU kernel event
+    is keyed by its `hlo_op` argument, everything else by its name."""
+    path = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)[0]
+    data = json.load(gzip.open(path))
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    total, count = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("ph") == "X":
+            key = (e.get("args") or {}).get("hlo_op") or e["name"]
+            total[key] += e.get("dur", 0)
+            count[key] += 1
+    return total, count
+
+
+def compiled_loop(sampler: jaxdllm.Sampler, ids: np.ndarray, cfg: SamplerConfig) -> tuple[str, tuple[int, ...]]:
+    """(optimized HLO text of the compiled generation `sampler(ids, cfg)` runs, the dims `[B, S,
+    Hkv, Dh]` of one layer's K/V cache in it) for prompts `ids [B, Lp]` without padding."""
+    mc = sampler.model_config
+    p = prepare(mc, ids, None, cfg)
+    text = decode.lower(sampler._graphdef, sampler.params, p.ids, p.seg, p.valid, jax.random.PRNGKey(0), None,
+                        method=method_of(cfg), lay=p.lay, config=cfg).compile().as_text()
+    return text, (p.ids.shape[0], p.lay.total, mc.num_kv_heads, mc.head_dim)
+
+
+def profile(model, preset: str, batch: int, prompt_len: int, gen_length: int, trace_dir: str, top: int = 15) -> dict:
+    """Trace one generation of `preset` on `batch` random prompts; see the module docstring."""
+    cfg = SamplerConfig.preset(preset, gen_length=gen_length, steps=gen_length, prompt_bucket=prompt_len)
+    mc = model.config
+    ids = np.random.default_rng(0).integers(0, mc.mask_token_id - 4, (batch, prompt_len)).astype(np.int32)
+    sampler = jaxdllm.Sampler(model)
+    t = time.perf_counter()
+    res = sampler(ids, cfg)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    res = sampler(ids, cfg)
+    wall = time.perf_counter() - t
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        res = sampler(ids, cfg)
+
+    text, kv_dims = compiled_loop(sampler, ids, cfg)
+    ops = hlo_ops(text)
+    total, count = trace_op_times(trace_dir)
+    xla = {k: v for k, v in total.items() if k in ops}
+    xla_us = sum(xla.values())
+    groups = collections.Counter()
+    for k, v in xla.items():
+        groups[op_group(ops[k][1])] += v
+    steps = res.steps
+
+    def row(us):
+        return dict(ms=us / 1e3, share=us / xla_us if xla_us else 0.0, ms_per_step=us / 1e3 / steps)
+
+    result = dict(
+        preset=preset, batch=batch, prompt_len=prompt_len, gen_length=gen_length, steps=steps,
+        nfe_mean=float(res.nfe.mean()), device=str(jax.devices()[0]), first_call_s=first, wall_s=wall,
+        ms_per_step=wall / steps * 1e3, xla_op_ms=xla_us / 1e3,
+        groups=[dict(op=k, **row(v)) for k, v in groups.most_common()],
+        top_ops=[dict(xla_op=k, op=op_group(ops[k][1]), calls=count[k], **row(v))
+                 for k, v in sorted(xla.items(), key=lambda kv: -kv[1])[:top]],
+        cache_copies=cache_copies(text, kv_dims))
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", choices=["8b", "small", "tiny"], default="8b")
+    p.add_argument("--preset", default="fast-dllm-dual")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt-len", type=int, default=None, help="default 64 (8b), 32 otherwise")
+    p.add_argument("--gen-length", type=int, default=None, help="default 256 (8b), 128 otherwise")
+    p.add_argument("--head-scale", type=float, default=None)
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--trace-dir", default=None, help="keep the profiler trace here (default: a temporary folder)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    big = args.size == "8b"
+    lp = args.prompt_len or (64 if big else 32)
+    gen = args.gen_length or (256 if big else 128)
+    model = build_model(args.size, args.head_scale)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = profile(model, args.preset, args.batch, lp, gen, args.trace_dir or tmp, args.top)
+    result["size"] = args.size
+    out = Path(args.out or f"sampling/results/profile_{args.size}_{args.preset}_b{args.batch}").with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"{args.size} {args.preset} batch {args.batch}: {result['steps']} steps, {result['ms_per_step']:.2f} ms/step "
+          f"untraced, XLA ops {result['xla_op_ms']:.0f} ms traced on {result['device']}")
+    for g in result["groups"][:args.top]:
+        print(f"  {g['ms']:9.1f} ms {100 * g['share']:5.1f} % {g['ms_per_step']:8.3f} ms/step  {g['op']}")
+    print(f"  whole-cache copies by computation: {result['cache_copies']}")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
