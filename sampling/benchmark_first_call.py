@@ -1,0 +1,132 @@
+"""First-call time of a generation with and without JAX's persistent compilation cache, each in a
+fresh process: what a user's next `jaxdllm generate`, or a notebook after a restart, waits for.
+
+    python -m sampling.benchmark_first_call                       # GPU: llada-8b shapes, bf16
+    python -m sampling.benchmark_first_call --size tiny --presets llada fast-dllm-dual   # CPU
+
+(run from the repository root.) Per preset, three fresh processes on the same random weights and
+prompts (batch `--batch`, prompt 64 and G 256; tiny: prompt 16 and G 64):
+
+* `off`: `JAXDLLM_COMPILATION_CACHE=off`, so the loop compiles;
+* `cold`: an empty cache folder, so it compiles and is written;
+* `warm`: the same folder again, so it is loaded.
+
+Each process turns the cache on as the command line does (`jaxdllm.enable_compilation_cache`),
+makes the weights (not timed), then times the first `Sampler(model)(ids, config)` call (compile
+or load, plus one generation) and a second call (the generation alone), and counts JAX's
+persistent-cache hits and misses. `compile_s` = first - second.
+
+Writes `<out>.json` (default `sampling/results/first_call_<device>.json`) and `<out>.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = ("off", "cold", "warm")
+
+
+def child(size: str, preset: str, batch: int) -> dict:
+    """One fresh process's measurement (see the module docstring); returns the row."""
+    import collections
+
+    import jax
+
+    events = collections.Counter()
+    jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
+    import numpy as np
+
+    import jaxdllm
+    from jaxdllm.decoding import SamplerConfig
+    from sampling.profile_sampler import build_model
+
+    folder = jaxdllm.enable_compilation_cache()
+    lp, gen = (64, 256) if size == "8b" else (16, 64)
+    model = build_model(size, None)
+    cfg = SamplerConfig.preset(preset, gen_length=gen, steps=gen, prompt_bucket=lp)
+    ids = np.random.default_rng(0).integers(0, model.config.mask_token_id - 4, (batch, lp)).astype(np.int32)
+    sampler = jaxdllm.Sampler(model)
+    t = time.perf_counter()
+    sampler(ids, cfg)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    sampler(ids, cfg)
+    second = time.perf_counter() - t
+    return dict(first_call_s=first, second_call_s=second, compile_s=first - second,
+                cache_hits=events["/jax/compilation_cache/cache_hits"],
+                cache_misses=events["/jax/compilation_cache/cache_misses"],
+                cache_folder=None if folder is None else str(folder), device=str(jax.devices()[0]))
+
+
+def run_mode(mode: str, folder: Path, args, preset: str) -> dict:
+    """Run `child` for `preset` in a fresh interpreter with the cache `mode` (folder: cold/warm)."""
+    env = dict(os.environ, JAXDLLM_COMPILATION_CACHE="off" if mode == "off" else str(folder))
+    # the small sizes' loops compile in about a second: write them anyway
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    cmd = [sys.executable, "-m", "sampling.benchmark_first_call", "--child", "--size", args.size,
+           "--presets", preset, "--batch", str(args.batch)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    if out.returncode:
+        return {"error": out.stderr[-1500:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", choices=["8b", "small", "tiny"], default="8b")
+    p.add_argument("--presets", nargs="*", default=["llada", "fast-dllm-prefix", "fast-dllm-dual", "dparallel"])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--out", default=None)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.size, args.presets[0], args.batch)), flush=True)
+        return 0
+
+    rows = []
+    out = None
+    for preset in args.presets:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = dict(preset=preset, batch=args.batch, size=args.size)
+            for mode in MODES:
+                row[mode] = run_mode(mode, Path(tmp) / "xla", args, preset)
+                print(f"{preset} {mode}: {json.dumps(row[mode])}", flush=True)
+        rows.append(row)
+        device = next((row[m]["device"] for m in MODES if "device" in row[m]), "unknown")
+        out = Path(args.out or f"sampling/results/first_call_{device.split(':')[0].replace(' ', '_')}").with_suffix(".json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(size=args.size, batch=args.batch, modes=MODES, rows=rows), indent=2))
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+def plot(rows: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 3.6))
+    for i, mode in enumerate(MODES):
+        ax.bar(x + (i - 1) * 0.27, [r[mode].get("first_call_s", np.nan) for r in rows], 0.27,
+               label={"off": "cache off", "cold": "cache empty (compile + write)", "warm": "cache warm (load)"}[mode])
+    ax.set_xticks(x, [r["preset"] for r in rows], fontsize=8)
+    ax.set_ylabel("first call, s (compile or load + one generation)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"First generation in a fresh process ({rows[0]['size']}, batch {rows[0]['batch']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
