@@ -7,6 +7,7 @@
       torch LLaDA loaded from the same checkpoint.
 
     python -m sampling.benchmark_sampler [--out results/sampler_benchmark] [--quick]
+    python -m sampling.benchmark_sampler --batches 4 --gen-lengths 128 --out sampling/results/sampler_benchmark_cpu_b4
 
 Writes `<out>.json` and `<out>.png`. Tokens/s counts generated tokens (batch x gen_length)
 over the best of `--repeats` wall times after one warm-up call; `first_call_s` is that warm-up
@@ -100,11 +101,11 @@ def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: 
 def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) -> None:
     """Append one row per (gen_length, policy, batch) to `rows`, calling `on_row` after each."""
     mc = model.config
-    for gen in ([128] if args.quick else [128, 256]):
+    for gen in ([128] if args.quick else args.gen_lengths):
         for policy in ("llada", "threshold"):
             config = SamplerConfig(gen_length=gen, block_length=32, steps=gen, policy=policy,
                                    prompt_bucket=PROMPT_LEN)
-            for batch in ([1] if args.quick else [1, 8]):
+            for batch in ([1] if args.quick else args.batches):
                 prompts = np.random.RandomState(0).randint(0, mc.vocab_size - 2, (batch, PROMPT_LEN)).astype(np.int32)
                 t0 = time.perf_counter()
                 jaxdllm.generate(model, prompts, config)
@@ -139,6 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="gen 128 only, batch 1 only")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--batches", type=int, nargs="*", default=[1, 8])
+    parser.add_argument("--gen-lengths", type=int, nargs="*", default=[128, 256])
     parser.add_argument("--sizes", default="tiny,small", help="comma-separated model sizes: " + ",".join(SIZES))
     args = parser.parse_args(argv)
 

@@ -190,6 +190,7 @@ def main(argv=None) -> int:
     p.add_argument("--trace-dir", default=None, help="keep the profiler trace here (default: a temporary folder)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    jaxdllm.enable_compilation_cache()  # the program is compiled twice (run, then its text): load it the second time
     big = args.size == "8b"
     lp = args.prompt_len or (64 if big else 32)
     gen = args.gen_length or (256 if big else 128)
