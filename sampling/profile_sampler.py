@@ -9,7 +9,8 @@ compiled program.
 (run from the repository root.) Weights are random; the LM head is scaled as in
 `sampling.benchmark_side_by_side` so the threshold presets commit several tokens per forward.
 
-Writes `<out>.json` (default `sampling/results/profile_<size>_<preset>_b<batch>.json`):
+Writes `<out>.json` (default `sampling/results/profile_<device>_<size>_<preset>_b<batch>.json`,
+device `cpu` or the GPU's kind):
 
 * `groups`: XLA op time summed by the JAX operation in its metadata (`bld,dm->blm` is the MLP's
   up/gate matmul, `dynamic_update_slice` a K/V write, `reduce` e.g. an argmax), each with ms,
@@ -31,6 +32,7 @@ import collections
 import glob
 import gzip
 import json
+import os
 import re
 import sys
 import tempfile
@@ -49,9 +51,20 @@ from jaxdllm.decoding.sampler import prepare
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 
-_HLO_OP = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\S+) .*?op_name=\"([^\"]+)\"")
+_HLO_OP = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\([^)]*\)|\S+) ([\w\-]+)\((.*)")  # name, type, opcode, rest
+_OP_NAME = re.compile(r'op_name="([^"]+)"')
 _COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
 _WRAPPERS = re.compile(r"^(jit\(.*\)|while|body|cond|branch_\d+_fun|closed_call|checkpoint|remat)$")
+
+
+def kind_slug(device_kind: str) -> str:
+    """A device kind as a file-name part: `cpu`, `nvidia_h100_80gb_hbm3`."""
+    return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_")
+
+
+def device_slug() -> str:
+    """`kind_slug` of this process's first device."""
+    return kind_slug(jax.devices()[0].device_kind)
 
 
 def build_model(size: str, head_scale: float | None) -> Transformer:
@@ -82,45 +95,78 @@ def op_group(op_name: str) -> str:
     return parts[-1]
 
 
-def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str]]:
-    """XLA op name -> (result type, JAX op_name metadata) from a compiled module's text."""
-    ops = {}
+def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str, str]]:
+    """XLA op name -> (result type, JAX operation, opcode) from a compiled module's text: the op's
+    `op_name` metadata; for a fusion without it, the first `op_name` inside its fused computation
+    (XLA's CPU matmul fusions carry theirs there), else its root's opcode (`dot` for the
+    attention matmuls, whose names XLA drops when it regroups their heads); for other ops XLA
+    added itself (copies, layout changes), their opcode."""
+    lines = [(m, _OP_NAME.search(m.group(4))) for m in map(_HLO_OP.match, hlo_text.splitlines()) if m]
+    inside, roots, computation = {}, {}, None
     for line in hlo_text.splitlines():
-        m = _HLO_OP.match(line)
-        if m:
-            ops[m.group(1)] = (m.group(2), m.group(3))
+        c = _COMPUTATION.match(line)
+        if c and line.rstrip().endswith("{"):
+            computation = c.group(2)
+        elif computation and computation not in inside and (meta := _OP_NAME.search(line)):
+            inside[computation] = meta.group(1)
+        if computation and line.lstrip().startswith("ROOT ") and (m := _HLO_OP.match(line)):
+            roots[computation] = m.group(3)
+    ops = {}
+    for m, meta in lines:
+        called = re.search(r"calls=%([\w.\-]+)", m.group(4))
+        if meta:
+            name = meta.group(1)
+        elif called:  # a fusion: its body's name, else its root's opcode (`dot` for a renamed matmul)
+            name = inside.get(called.group(1)) or roots.get(called.group(1), m.group(3))
+        else:
+            name = m.group(3)
+        ops[m.group(1)] = (m.group(2), name, m.group(3))
     return ops
 
 
 def cache_copies(hlo_text: str, kv_dims: tuple[int, ...]) -> dict[str, int]:
-    """Count of `copy` instructions with a K/V array's dims (`[B, S, Hkv, Dh]`, or with a leading
-    layer axis for scanned models) per computation name (`ENTRY` for the entry computation)."""
+    """Count of whole-cache copies per computation name (`ENTRY` for the entry computation).
+
+    A whole-cache copy is a `copy` whose result has a K/V array's dims (`[B, S, Hkv, Dh]`, or
+    with a leading layer axis for scanned models) and whose operand is carried state (a
+    `get-tuple-element` of a loop or branch parameter), a K/V write (a fusion XLA named after its
+    `dynamic-update-slice`) or the empty cache (a `broadcast`); a layout copy of an activation of
+    the same shape is not one. Instructions inside fused computations are not counted (their
+    fusion is)."""
     dims = ",".join(map(str, kv_dims))
-    shape = re.compile(rf"= \w+\[(?:\d+,)?{dims}\]\S* copy\(")
+    shape = re.compile(rf"= \w+\[(?:\d+,)?{dims}\]\S* copy\(%([\w.\-]+)\)")
     counts, computation = collections.Counter(), None
     for line in hlo_text.splitlines():
         m = _COMPUTATION.match(line)
         if m and line.rstrip().endswith("{"):
-            computation = "ENTRY" if m.group(1) else m.group(2)
-        elif shape.search(line):
+            name = m.group(2)
+            computation = "ENTRY" if m.group(1) else (None if "fused" in name or name.startswith("wrapped") else name)
+            continue
+        copied = shape.search(line)
+        if copied and computation and re.match(r"(get-tuple-element|parameter|\w*dynamic-update-slice|\w*broadcast)",
+                                               copied.group(1)):
             counts[computation] += 1
     return dict(counts)
 
 
 def trace_op_times(trace_dir: str, known: dict) -> tuple[collections.Counter, collections.Counter, collections.Counter]:
-    """(total µs, count) per XLA op of the perfetto trace under `trace_dir`, and total µs of the
-    other events. An event is an XLA op when its name, or (GPU kernels) its `hlo_op` or
-    `long_name` argument, names an op in `known` (`hlo_ops` of the traced program)."""
-    path = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)[0]
+    """(total µs, count) per XLA op of the newest perfetto trace under `trace_dir`, and total µs of
+    the other events. An event is an XLA op when its name or its `hlo_op` argument (GPU kernels)
+    names an op in `known` (`hlo_ops` of the traced program); where the trace has device
+    processes (`/device:...`), only their events count as XLA ops, so host-side launches of the
+    same op are not added to the kernels' time."""
+    path = max(glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True), key=os.path.getmtime)
     data = json.load(gzip.open(path))
     events = data["traceEvents"] if isinstance(data, dict) else data
+    devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+               and "/device:" in str((e.get("args") or {}).get("name", ""))}
     total, count, other = collections.Counter(), collections.Counter(), collections.Counter()
     for e in events:
         if e.get("ph") != "X":
             continue
         args = e.get("args") or {}
-        key = next((k for k in (e["name"], args.get("hlo_op"), args.get("long_name")) if k in known), None)
-        if key is None:
+        key = next((k for k in (e["name"], args.get("hlo_op")) if k in known), None)
+        if key is None or (devices and e.get("pid") not in devices):
             other[e["name"]] += e.get("dur", 0)
         else:
             total[key] += e.get("dur", 0)
@@ -130,7 +176,8 @@ def trace_op_times(trace_dir: str, known: dict) -> tuple[collections.Counter, co
 
 def compiled_loop(sampler: jaxdllm.Sampler, ids: np.ndarray, cfg: SamplerConfig) -> tuple[str, tuple[int, ...]]:
     """(optimized HLO text of the compiled generation `sampler(ids, cfg)` runs, the dims `[B, S,
-    Hkv, Dh]` of one layer's K/V cache in it) for prompts `ids [B, Lp]` without padding."""
+    Hkv, Dh]` of one layer's K/V cache in it) for prompts `ids [B, Lp]` without padding, on
+    unsharded parameters (a sharded sampler also pads the batch and places it on the mesh)."""
     mc = sampler.model_config
     p = prepare(mc, ids, None, cfg)
     text = decode.lower(sampler._graphdef, sampler.params, p.ids, p.seg, p.valid, jax.random.PRNGKey(0), None,
@@ -139,7 +186,14 @@ def compiled_loop(sampler: jaxdllm.Sampler, ids: np.ndarray, cfg: SamplerConfig)
 
 
 def profile(model, preset: str, batch: int, prompt_len: int, gen_length: int, trace_dir: str, top: int = 15) -> dict:
-    """Trace one generation of `preset` on `batch` random prompts; see the module docstring."""
+    """Trace one generation of `preset` (G `gen_length`, steps = G) on `batch` random prompts of
+    `prompt_len` tokens `[batch, prompt_len]`.
+
+    Returns a dict: the run (`preset`, `batch`, `prompt_len`, `gen_length`, `steps` loop
+    iterations, `nfe_mean`, `device`, `first_call_s`, `wall_s` and `ms_per_step` of an untraced
+    call, `xla_op_ms` traced), `groups` and `top_ops` (each entry `ms`, `share` of `xla_op_ms`,
+    `ms_per_step`), `cache_copies` (`cache_copies` of the compiled loop) and `other_events`
+    (the largest trace events that are not XLA ops: runtime, Python, host waits)."""
     cfg = SamplerConfig.preset(preset, gen_length=gen_length, steps=gen_length, prompt_bucket=prompt_len)
     mc = model.config
     ids = np.random.default_rng(0).integers(0, mc.mask_token_id - 4, (batch, prompt_len)).astype(np.int32)
@@ -155,7 +209,9 @@ def profile(model, preset: str, batch: int, prompt_len: int, gen_length: int, tr
 
     text, kv_dims = compiled_loop(sampler, ids, cfg)
     ops = hlo_ops(text)
-    xla, count, other = trace_op_times(trace_dir, ops)
+    # control flow is left out: a loop's or a branch's event spans the ops it runs
+    leaves = {k: v for k, v in ops.items() if v[2] not in ("while", "conditional", "call")}
+    xla, count, other = trace_op_times(trace_dir, leaves)
     xla_us = sum(xla.values())
     groups = collections.Counter()
     for k, v in xla.items():
@@ -167,7 +223,7 @@ def profile(model, preset: str, batch: int, prompt_len: int, gen_length: int, tr
 
     result = dict(
         preset=preset, batch=batch, prompt_len=prompt_len, gen_length=gen_length, steps=steps,
-        nfe_mean=float(res.nfe.mean()), device=str(jax.devices()[0]), first_call_s=first, wall_s=wall,
+        nfe_mean=float(res.nfe.mean()), device=jax.devices()[0].device_kind, first_call_s=first, wall_s=wall,
         ms_per_step=wall / steps * 1e3, xla_op_ms=xla_us / 1e3,
         groups=[dict(op=k, **row(v)) for k, v in groups.most_common()],
         top_ops=[dict(xla_op=k, op=op_group(ops[k][1]), calls=count[k], **row(v))
@@ -198,7 +254,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = profile(model, args.preset, args.batch, lp, gen, args.trace_dir or tmp, args.top)
     result["size"] = args.size
-    out = Path(args.out or f"sampling/results/profile_{args.size}_{args.preset}_b{args.batch}").with_suffix(".json")
+    stem = f"sampling/results/profile_{device_slug()}_{args.size}_{args.preset}_b{args.batch}"
+    out = Path(args.out or stem).with_suffix(".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{args.size} {args.preset} batch {args.batch}: {result['steps']} steps, {result['ms_per_step']:.2f} ms/step "

@@ -17,7 +17,6 @@ def test_warm_process_loads_what_the_cold_one_wrote(tmp_path):
     (row,) = result["rows"]
     for mode in MODES:
         assert "error" not in row[mode], row[mode]
-        assert row[mode]["first_call_s"] > 0 and row[mode]["second_call_s"] > 0
     assert row["off"]["cache_folder"] is None and row["off"]["cache_hits"] == row["off"]["cache_misses"] == 0
     assert row["cold"]["cache_misses"] > 0 and row["cold"]["cache_hits"] == 0
     assert row["warm"]["cache_hits"] == row["cold"]["cache_misses"] and row["warm"]["cache_misses"] == 0
