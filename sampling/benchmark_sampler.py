@@ -137,7 +137,7 @@ def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) ->
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/sampler_benchmark")
-    parser.add_argument("--quick", action="store_true", help="gen 128 only, batch 1 only")
+    parser.add_argument("--quick", action="store_true", help="gen 128 and batch 1 only (overrides --batches, --gen-lengths)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-torch", action="store_true")
     parser.add_argument("--batches", type=int, nargs="*", default=[1, 8])
