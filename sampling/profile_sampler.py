@@ -95,29 +95,41 @@ def op_group(op_name: str) -> str:
     return parts[-1]
 
 
+def _instruction_lines(hlo_text: str):
+    """`(computation, line)` for every instruction line of a compiled module's text; the entry
+    computation is named `ENTRY`."""
+    computation = None
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and line.rstrip().endswith("{"):
+            computation = "ENTRY" if header.group(1) else header.group(2)
+        elif computation:
+            yield computation, line
+
+
 def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str, str]]:
     """XLA op name -> (result type, JAX operation, opcode) from a compiled module's text: the op's
     `op_name` metadata; for a fusion without it, the first `op_name` inside its fused computation
     (XLA's CPU matmul fusions carry theirs there), else its root's opcode (`dot` for the
     attention matmuls, whose names XLA drops when it regroups their heads); for other ops XLA
     added itself (copies, layout changes), their opcode."""
-    lines = [(m, _OP_NAME.search(m.group(4))) for m in map(_HLO_OP.match, hlo_text.splitlines()) if m]
-    inside, roots, computation = {}, {}, None
-    for line in hlo_text.splitlines():
-        c = _COMPUTATION.match(line)
-        if c and line.rstrip().endswith("{"):
-            computation = c.group(2)
-        elif computation and computation not in inside and (meta := _OP_NAME.search(line)):
-            inside[computation] = meta.group(1)
-        if computation and line.lstrip().startswith("ROOT ") and (m := _HLO_OP.match(line)):
-            roots[computation] = m.group(3)
+    found, first_name, root_opcode = [], {}, {}
+    for computation, line in _instruction_lines(hlo_text):
+        meta = _OP_NAME.search(line)
+        if meta:
+            first_name.setdefault(computation, meta.group(1))
+        m = _HLO_OP.match(line)
+        if m:
+            found.append((m, meta))
+            if line.lstrip().startswith("ROOT "):
+                root_opcode[computation] = m.group(3)
     ops = {}
-    for m, meta in lines:
+    for m, meta in found:
         called = re.search(r"calls=%([\w.\-]+)", m.group(4))
         if meta:
             name = meta.group(1)
         elif called:  # a fusion: its body's name, else its root's opcode (`dot` for a renamed matmul)
-            name = inside.get(called.group(1)) or roots.get(called.group(1), m.group(3))
+            name = first_name.get(called.group(1)) or root_opcode.get(called.group(1), m.group(3))
         else:
             name = m.group(3)
         ops[m.group(1)] = (m.group(2), name, m.group(3))
@@ -135,16 +147,13 @@ def cache_copies(hlo_text: str, kv_dims: tuple[int, ...]) -> dict[str, int]:
     fusion is)."""
     dims = ",".join(map(str, kv_dims))
     shape = re.compile(rf"= \w+\[(?:\d+,)?{dims}\]\S* copy\(%([\w.\-]+)\)")
-    counts, computation = collections.Counter(), None
-    for line in hlo_text.splitlines():
-        m = _COMPUTATION.match(line)
-        if m and line.rstrip().endswith("{"):
-            name = m.group(2)
-            computation = "ENTRY" if m.group(1) else (None if "fused" in name or name.startswith("wrapped") else name)
+    carried = re.compile(r"(get-tuple-element|parameter|\w*dynamic-update-slice|\w*broadcast)")
+    counts = collections.Counter()
+    for computation, line in _instruction_lines(hlo_text):
+        if "fused" in computation or computation.startswith("wrapped"):
             continue
         copied = shape.search(line)
-        if copied and computation and re.match(r"(get-tuple-element|parameter|\w*dynamic-update-slice|\w*broadcast)",
-                                               copied.group(1)):
+        if copied and carried.match(copied.group(1)):
             counts[computation] += 1
     return dict(counts)
 
