@@ -1,6 +1,13 @@
 """A checkpoint's tokenizer from its local `tokenizer.json` (the `tokenizers` library), with the
 chat template from `tokenizer_config.json` or `chat_template.jinja`. Never touches a hub.
 
+Calling it on a batch of texts gives left-padded ids and an attention mask, the form
+`jaxdllm.generate` takes, and `answers` turns a generation back into text:
+
+    batch = tok(["reverse 4821=", "sort 93715="])          # TokenBatch(ids [2, L], mask [2, L])
+    out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)
+    tok.answers(out)                                         # ["1284", "13579"]
+
 Also the helpers every tokenizer shares: `special_token_ids` (the `ModelConfig` special-id
 fields) and `decode_response` (generated ids up to EOS, as text).
 """
@@ -10,13 +17,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jinja2
 import jinja2.sandbox
+import numpy as np
 import tokenizers
 
 from jaxdllm.errors import CheckpointError, DataError
+from jaxdllm.shipped import checkpoint_dir
 
 
 def _token_text(value) -> str | None:
@@ -29,12 +38,30 @@ def _raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+class TokenBatch(NamedTuple):
+    """Prompts of different lengths as one array, the form `jaxdllm.generate` takes."""
+
+    ids: np.ndarray   # [B, L] int32, padded (left by default) with the pad id
+    mask: np.ndarray  # [B, L] int32, 1 on the texts' tokens, 0 on padding
+
+    @property
+    def input_ids(self) -> np.ndarray:  # transformers' names
+        return self.ids
+
+    @property
+    def attention_mask(self) -> np.ndarray:
+        return self.mask
+
+
 class Tokenizer:
     """Encode/decode text and render chat prompts for one checkpoint.
 
     Attributes:
       chat_template: the Jinja chat template, or None when the checkpoint ships none.
       special_tokens: names such as `bos_token`/`eos_token` -> token text, passed to the template.
+      stop_ids: token ids that end an answer (`answers` cuts at the first): the `eos_token` and
+        `eot_token` the tokenizer names, plus the model's own (`jaxdllm.load` adds its config's
+        `eos_token_id` and `eot_token_id`).
     """
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, *, chat_template: str | None = None,
@@ -42,11 +69,15 @@ class Tokenizer:
         self.backend = tokenizer
         self.chat_template = chat_template
         self.special_tokens = dict(special_tokens or {})
+        named = (self.backend.token_to_id(self.special_tokens[k]) for k in ("eos_token", "eot_token")
+                 if self.special_tokens.get(k) is not None)
+        self.stop_ids: tuple[int, ...] = tuple(i for i in named if i is not None)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "Tokenizer":
-        """Load `path/tokenizer.json` (+ `tokenizer_config.json`, `chat_template.jinja`)."""
-        directory = Path(path)
+        """Load `path/tokenizer.json` (+ `tokenizer_config.json`, `chat_template.jinja`); `path` may
+        be a shipped checkpoint's name (`jaxdllm.shipped.checkpoint_dir`)."""
+        directory = checkpoint_dir(path)
         file = directory / "tokenizer.json"
         if not file.is_file():
             raise CheckpointError(f"{file} is missing: jaxdllm reads tokenizers from tokenizer.json")
@@ -88,6 +119,83 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, rows, skip_special_tokens: bool = True) -> list[str]:
+        """`[B, L]` ids -> B texts (every token; `answers` stops at the end of each answer)."""
+        return [self.decode(row, skip_special_tokens=skip_special_tokens) for row in np.asarray(rows)]
+
+    @property
+    def pad_id(self) -> int:
+        """The id that fills padding: the `pad_token`, else the `eos_token`, else 0 (padding is
+        masked out, so its value only has to be a valid id)."""
+        for key in ("pad_token", "eos_token"):
+            token_id = self.token_to_id(self.special_tokens.get(key) or "")
+            if token_id is not None:
+                return token_id
+        return 0
+
+    def __call__(self, texts: str | Sequence[str], *, chat: bool = False, padding_side: str = "left",
+                 add_special_tokens: bool = True) -> TokenBatch:
+        """Tokenise a batch of texts into one padded array.
+
+        Left padding is the default because decoding appends the answer after the prompt: with
+        every prompt ending in the same column, the B answers share one `[B, G]` canvas region and
+        one compiled loop, and the mask tells each row where its prompt starts (RoPE positions
+        count from there). `jaxdllm.generate` needs it; `padding_side="right"` is for other uses.
+
+        Args:
+          texts: one text or a list of B texts.
+          chat: render each text as a user turn with the chat template (instruct models).
+          padding_side: "left" or "right".
+          add_special_tokens: the tokenizer's own BOS/EOS post-processing (not with `chat`).
+
+        Returns:
+          `TokenBatch(ids [B, L] int32, mask [B, L] int32)`, L the longest text's length.
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise DataError("give the tokenizer a text or a non-empty list of texts")
+        if padding_side not in ("left", "right"):
+            raise DataError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        if chat:
+            rows = [self.apply_chat_template([{"role": "user", "content": t}], tokenize=True) for t in texts]
+        else:
+            rows = self.encode_batch(texts, add_special_tokens=add_special_tokens)
+        if not all(rows):
+            raise DataError(f"text {texts[[bool(r) for r in rows].index(False)]!r} has no tokens")
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self.pad_id, np.int32)
+        mask = np.zeros((len(rows), width), np.int32)
+        for i, row in enumerate(rows):
+            cols = slice(width - len(row), width) if padding_side == "left" else slice(0, len(row))
+            ids[i, cols], mask[i, cols] = row, 1
+        return TokenBatch(ids, mask)
+
+    def answers(self, generated, prompt_len: int | None = None) -> list[str]:
+        """The text of each generated answer, up to its first stop token (`stop_ids`): the EOS
+        filler after an answer and padding are dropped, and so are special tokens.
+
+        Args:
+          generated: a `GenerateResult` (its prompts are cut off), or `[B, G]` generated ids,
+            or `[B, Lp + G]` ids with `prompt_len` = Lp.
+          prompt_len: columns of prompt to skip in an array.
+
+        Returns:
+          B strings.
+        """
+        if hasattr(generated, "generated"):
+            rows = np.asarray(generated.generated)
+        else:
+            rows = np.asarray(generated)[:, prompt_len or 0:]
+        if rows.ndim != 2:
+            raise DataError(f"answers takes [B, G] ids or a GenerateResult, got shape {rows.shape}")
+        out = []
+        for row in rows.tolist():
+            ends = [row.index(s) for s in self.stop_ids if s in row]
+            out.append(self.decode(row[:min(ends)] if ends else row, skip_special_tokens=True))
+        return out
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True,
                             tokenize: bool = False, **kwargs):

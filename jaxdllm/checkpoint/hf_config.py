@@ -20,8 +20,12 @@ _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float
 def read_config_json(directory: Path) -> dict:
     """The parsed `directory/config.json`; errors name the file."""
     file = Path(directory) / "config.json"
+    if Path(directory).is_file():
+        raise CheckpointError(f"{directory} is a file; a checkpoint is a folder holding config.json and *.safetensors")
     if not Path(directory).is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+        from jaxdllm.shipped import shipped_hint
+
+        raise CheckpointError(f"checkpoint directory {directory} does not exist ({shipped_hint()})")
     if not file.is_file():
         raise CheckpointError(f"{file} is missing: a Hugging Face checkpoint directory needs config.json")
     try:

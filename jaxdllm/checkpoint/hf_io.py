@@ -29,6 +29,7 @@ from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_locat
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
+from jaxdllm.shipped import checkpoint_dir
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +38,40 @@ SINGLE_FILE = "model.safetensors"
 # Sampler defaults that suit the model (e.g. a short gen_length for a model with a short
 # max_position); `jaxdllm generate` reads them before the preset's.
 SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"
+CACHE_NOTES_KEY = "cache_notes"  # in that file: cache name -> what the card measured with that cache
 # Files beside the weights that describe the model to other tools; copied on export on request.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
               "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt", SAMPLER_DEFAULTS_FILE)
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
-def read_sampler_defaults(directory: str | Path) -> dict:
-    """A checkpoint's own sampler defaults (`jaxdllm_sampler.json`: `SamplerConfig` keywords), or {}."""
-    path = Path(directory) / SAMPLER_DEFAULTS_FILE
+def _read_sampler_file(directory: str | Path) -> dict:
+    path = checkpoint_dir(directory) / SAMPLER_DEFAULTS_FILE
     if not path.is_file():
         return {}
     try:
         values = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"cannot read {path}: {e}") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path} must hold a JSON object of sampler settings")
+    if not isinstance(values, dict) or not isinstance(values.get(CACHE_NOTES_KEY, {}), dict):
+        raise CheckpointError(f"{path} must hold a JSON object of sampler settings "
+                              f"(and {CACHE_NOTES_KEY!r}: an object from cache name to text)")
     return values
+
+
+def read_sampler_defaults(directory: str | Path) -> dict:
+    """A checkpoint's own sampler defaults (`jaxdllm_sampler.json`: `SamplerConfig` keywords), or {}.
+
+    `jaxdllm.sampler_defaults(directory)` turns them into a `SamplerConfig`."""
+    values = _read_sampler_file(directory)
+    values.pop(CACHE_NOTES_KEY, None)
+    return values
+
+
+def read_cache_notes(directory: str | Path) -> dict[str, str]:
+    """What the checkpoint's card says about decoding it with an approximate cache: cache name
+    (`prefix`, `dual`) -> one line (`jaxdllm_sampler.json`'s `cache_notes`), or {}."""
+    return dict(_read_sampler_file(directory).get(CACHE_NOTES_KEY, {}))
 
 
 def _weight_map(directory: Path) -> dict[str, Path]:
@@ -163,7 +180,8 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     """Load a Hugging Face checkpoint directory into a `Transformer`.
 
     Args:
-      path: directory with config.json and model.safetensors (or a sharded index).
+      path: directory with config.json and model.safetensors (or a sharded index), or the name
+        of a shipped checkpoint (`tasks-llada-small`; see `jaxdllm.shipped`).
       dtype: parameter and compute dtype (`float32`, `bfloat16`, `float16`); default: the
         checkpoint's `torch_dtype`/`dtype`.
       compute_dtype: a different compute dtype (e.g. fp32 parameters, bf16 matmuls).
@@ -176,7 +194,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     Returns:
       The model; `model.config.source_config` keeps the config.json for export.
     """
-    directory = Path(path)
+    directory = checkpoint_dir(path)
     raw = read_config_json(directory)
     config = config_from_hf(raw, where=str(directory / "config.json"))
     if dtype is not None:

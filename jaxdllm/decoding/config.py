@@ -153,10 +153,49 @@ class SamplerConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "SamplerConfig":
-        """A published setting by name (see `SAMPLER_PRESETS`), with overrides."""
+        """A published setting by name (see `SAMPLER_PRESETS`), with overrides.
+
+        The presets carry the papers' lengths (mostly 256 generated tokens). A different
+        `gen_length` G rescales what depends on it, unless passed too:
+
+        - `block_length`: a preset whose block is the whole canvas (`dream`) keeps one block (G);
+          Jacobi's draft window stays the published n, at most G; the other diffusion presets take
+          the largest divisor of G that is at most the published block (32: G = 16 gives one
+          block of 16, G = 48 two blocks of 24).
+        - `steps`: the published steps per generated token (1 for the scheduled policies, one
+          token per step), rounded up to a multiple of the number of blocks.
+
+            SamplerConfig.preset("llada", gen_length=16)   # block_length 16, steps 16
+
+        A combination that still cannot work raises `ConfigError` naming the setting to pass.
+        """
         if name not in SAMPLER_PRESETS:
             raise ConfigError(f"unknown sampler preset {name!r}; known presets: {sorted(SAMPLER_PRESETS)}")
-        return SAMPLER_PRESETS[name].replace(**overrides)
+        base = SAMPLER_PRESETS[name]
+        return base.replace(**_rescaled(base, overrides))
+
+
+def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
+    """`overrides` plus the `block_length` and `steps` that a new `gen_length` implies (see `preset`)."""
+    gen = overrides.get("gen_length", base.gen_length)
+    if gen == base.gen_length or not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
+        return overrides  # nothing to rescale (a bad value is reported by the constructor)
+    out = dict(overrides)
+    policy = out.get("policy", base.policy)
+    method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
+    if "block_length" not in out:
+        if base.block_length >= base.gen_length:
+            out["block_length"] = gen
+        elif method == "jacobi":
+            out["block_length"] = min(base.block_length, gen)
+        else:
+            out["block_length"] = max(d for d in range(1, min(base.block_length, gen) + 1) if gen % d == 0)
+    block = out["block_length"]
+    if "steps" not in out and isinstance(block, int) and block > 0 and gen % block == 0:
+        blocks = gen // block
+        per_token = -(-base.steps * gen // base.gen_length)  # ceil(G * published steps / published G)
+        out["steps"] = min(-(-per_token // blocks) * blocks, max(gen, blocks))
+    return out
 
 
 def _unused_message(settings: dict, policy, cache) -> str:

@@ -31,8 +31,9 @@ class Diffusion:
 
     def check_config(self, config) -> None:
         if config.gen_length % config.block_length:
+            divisors = [d for d in range(1, config.gen_length + 1) if config.gen_length % d == 0]
             raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of block_length "
-                              f"({config.block_length})")
+                              f"({config.block_length}): pass block_length= one of {divisors[-6:]}")
         if config.policy.answer_logits and not config.cache.answer_logits:
             raise ConfigError(f"policy={config.policy.name!r} reads the whole answer's logits; use cache='none'")
 

@@ -38,6 +38,12 @@ class GenerateResult(NamedTuple):
     trajectory: np.ndarray | None  # [B, max_trajectory, Lp + G] or None
     steps: int                # loop iterations (forwards of the whole batch)
     initial: np.ndarray | None = None  # [B, Lp + G] the canvas before the first step, with a trajectory
+    prompt_len: int = 0       # Lp, the width of the prompts as passed: the answer starts at this column
+
+    @property
+    def generated(self) -> np.ndarray:
+        """`[B, G]` the generated tokens (EOS filler included; `Tokenizer.answers` cuts it)."""
+        return self.tokens[:, self.prompt_len:]
 
 
 class Prepared(NamedTuple):
@@ -217,7 +223,8 @@ def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
     r, e = p.rows, p.extra
     return GenerateResult(tokens=canvas[:r, e:], nfe=nfe[:r], commit_step=commit_step[:r, e:],
                           trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps),
-                          initial=initial[:r, e:] if config.max_trajectory else None)
+                          initial=initial[:r, e:] if config.max_trajectory else None,
+                          prompt_len=canvas.shape[1] - e - config.gen_length)
 
 
 def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,

@@ -32,6 +32,7 @@ from jaxdllm.errors import ConfigError, DataError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.lora import add_lora, merge_lora
 from jaxdllm.models.transformer import Transformer
+from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer, special_token_ids
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.lora import LoraConfig
@@ -73,7 +74,7 @@ def init_model(config: TrainConfig, tokenizer: Tokenizer, mesh: Mesh) -> Transfo
     c = config
     if c.model.init_from:
         from jaxdllm.checkpoint import from_pretrained, load_state
-        src = Path(c.model.init_from)
+        src = checkpoint_dir(c.model.init_from)  # a folder, or a shipped checkpoint's name
         overrides = dict(c.model.overrides)
         if (src / "jaxdllm_config.json").is_file():
             return load_state(src, mesh=mesh)

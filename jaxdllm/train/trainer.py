@@ -26,6 +26,7 @@ from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
+from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.train import setup
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.objectives import make_objective
@@ -242,7 +243,7 @@ class Trainer:
         """Save the (LoRA-merged) model as a Hugging Face checkpoint with its tokenizer."""
         from jaxdllm.checkpoint import save_pretrained
         model = self.model_from(self.params())
-        copy_from = self.config.model.init_from if self.config.model.init_from else None
+        copy_from = checkpoint_dir(self.config.model.init_from) if self.config.model.init_from else None
         out = save_pretrained(model, path, dtype=dtype, copy_files_from=copy_from)
         if copy_from is None and jax.process_index() == 0:
             save_char_tokenizer(out, model_max_length=self.model_config.max_position)

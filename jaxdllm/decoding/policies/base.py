@@ -96,11 +96,12 @@ class Policy(Settings):
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""
         if self.scheduled:
             if config.steps % config.num_blocks:
+                fit = max(config.num_blocks, config.steps // config.num_blocks * config.num_blocks)
                 raise ConfigError(f"steps ({config.steps}) must be a multiple of the number of blocks "
-                                  f"(gen_length / block_length = {config.num_blocks})")
+                                  f"(gen_length / block_length = {config.num_blocks}): pass steps={fit}")
             if config.steps > config.gen_length:
                 raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}): "
-                                  "every step commits at least one token")
+                                  f"every step commits at least one token; pass steps={config.gen_length} or fewer")
 
     def init_state(self, batch: int, block_length: int, vocab_size: int):
         """The policy's carry at the start of a generation (a pytree of arrays)."""

@@ -1,0 +1,106 @@
+"""A checkpoint as a user starts from it: model, tokenizer and the checkpoint's own sampler
+settings in one call, by folder or by shipped name.
+
+    model, tok, defaults = jaxdllm.load("tasks-llada-small")
+    batch = tok(["reverse 4821=", "sort 93715="])
+    out = jaxdllm.generate(model, batch.ids, defaults, attention_mask=batch.mask)
+    tok.answers(out)                                           # ["1284", "13579"]
+
+`sampler_defaults` is the one place where a checkpoint's sampler settings are decided; the
+command line (`jaxdllm generate`, `jaxdllm eval`) and the lm-eval model use it too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+from jaxdllm import sharding as shd
+from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
+from jaxdllm.checkpoint.hf_io import from_pretrained, read_cache_notes, read_sampler_defaults
+from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.transformer import Transformer
+from jaxdllm.shipped import checkpoint_dir
+from jaxdllm.tokenizer import Tokenizer
+
+
+class Pretrained(NamedTuple):
+    """What `load` returns; unpacks as `model, tokenizer, defaults`."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    defaults: SamplerConfig  # the checkpoint's sampler settings (see `sampler_defaults`)
+
+
+def default_preset(model_config: ModelConfig) -> str:
+    """The preset a checkpoint decodes with unless told otherwise: `jacobi` (greedy, exact) for a
+    causal model, `llada` (one token per step, LLaDA's published sampler) for a diffusion model."""
+    return "jacobi" if model_config.attention == "causal" else "llada"
+
+
+def _fitted(preset: str, model_config: ModelConfig, settings: dict) -> dict:
+    """`settings` with a `gen_length` that leaves room for a prompt, for a checkpoint that names
+    none and is too short for the preset's (the published 256 tokens in a 64-position model):
+    the largest power of two up to half of `max_position`."""
+    if "gen_length" in settings:
+        return settings
+    base = SamplerConfig.preset(preset)
+    if base.gen_length + base.prompt_bucket <= model_config.max_position:
+        return settings
+    return {**settings, "gen_length": 1 << (max(model_config.max_position // 2, 1).bit_length() - 1)}
+
+
+def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
+    """The sampler settings a checkpoint decodes with, as a `SamplerConfig`.
+
+    In order: `preset` (default `default_preset`: `jacobi` for a causal model, else `llada`); the
+    checkpoint's `jaxdllm_sampler.json` (the settings its card was measured with, e.g. 16 tokens
+    for a 64-position model); a `gen_length` that fits `max_position` when the file names none;
+    then `overrides`. A new `gen_length` rescales the preset's block length and steps (see
+    `SamplerConfig.preset`).
+
+    Args:
+      path: checkpoint folder or shipped name.
+      preset: a name from `jaxdllm.decoding.SAMPLER_PRESETS`.
+      **overrides: any `SamplerConfig` keyword.
+    """
+    directory = checkpoint_dir(path)
+    model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    preset = preset or default_preset(model_config)
+    settings = _fitted(preset, model_config, read_sampler_defaults(directory))
+    return SamplerConfig.preset(preset, **{**settings, **overrides})
+
+
+def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
+    """What the checkpoint's card measured for `config`'s cache, when it flags that cache
+    (`cache_notes` in `jaxdllm_sampler.json`; e.g. approximate caches that lose accuracy on a
+    short one-block canvas); None otherwise."""
+    return read_cache_notes(checkpoint_dir(path)).get(config.cache.name)
+
+
+def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=shd.DEFAULT_RULES,
+         **config_overrides: Any) -> Pretrained:
+    """Model, tokenizer and sampler defaults of one checkpoint.
+
+    Args:
+      path: a checkpoint folder (Hugging Face layout) or a shipped name (`tasks-llada-small`,
+        `tasks-llada-small-dparallel`, `tasks-qwen2-small`, `tasks-qwen2-small-jf`), from any
+        working folder.
+      dtype, mesh, rules, **config_overrides: as in `jaxdllm.from_pretrained`.
+
+    Returns:
+      `Pretrained(model, tokenizer, defaults)`: the `Transformer`; its `Tokenizer`, whose
+      `answers` stop at the model's EOS and end-of-turn tokens; the checkpoint's `SamplerConfig`
+      (`sampler_defaults`). `defaults.replace(policy="threshold", threshold=0.9)` changes it.
+    """
+    directory = checkpoint_dir(path)
+    defaults = sampler_defaults(directory)  # bad settings fail before the weights are read
+    model = from_pretrained(directory, dtype=dtype, mesh=mesh, rules=rules, **config_overrides)
+    tokenizer = Tokenizer.from_pretrained(directory)
+    ends = (model.config.eos_token_id, model.config.eot_token_id)
+    tokenizer.stop_ids = tuple(dict.fromkeys([*tokenizer.stop_ids, *(i for i in ends if i is not None)]))
+    return Pretrained(model, tokenizer, defaults)
+
+
+__all__ = ["Pretrained", "cache_note", "default_preset", "load", "sampler_defaults"]
