@@ -56,40 +56,46 @@ def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
     return out
 
 
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "checkpoints" / "tasks-llada-small"
+DEFAULT_MODEL = "tasks-llada-small"  # shipped in checkpoints/ (see jaxdllm.shipped)
 
 
 def _model_dir(args) -> Path:
+    """`--model` (a folder or a shipped name), else the shipped default."""
     from jaxdllm.errors import CheckpointError
+    from jaxdllm.shipped import checkpoint_dir, shipped_hint
 
     if args.model is not None:
-        return Path(args.model)
-    if not (DEFAULT_MODEL / "config.json").is_file():
-        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL} is missing "
-                              "(it comes with a source checkout: pip install -e .)")
-    return DEFAULT_MODEL
+        return checkpoint_dir(args.model)
+    directory = checkpoint_dir(DEFAULT_MODEL)
+    if not (directory / "config.json").is_file():
+        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL} is missing ({shipped_hint()})")
+    return directory
 
 
-def _model_sampler_defaults(model_dir: Path) -> dict:
-    """The checkpoint's own sampler defaults (`jaxdllm_sampler.json`), or {}."""
-    from jaxdllm.checkpoint.hf_io import read_sampler_defaults
-
-    return read_sampler_defaults(model_dir)
-
-
-def _sampler_config(args, model_dir: Path | None = None):
+def _sampler_config(args, model_dir: Path):
+    """The checkpoint's sampler defaults (`jaxdllm.sampler_defaults`) with `--preset`, `--set` and the flags."""
     from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
+    from jaxdllm.pretrained import sampler_defaults
 
-    overrides = _model_sampler_defaults(model_dir) if model_dir is not None else {}
-    overrides.update(parse_sets(args.set))
+    overrides = parse_sets(args.set)
     for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     unknown = sorted(set(overrides) - set(SamplerConfig.option_names()))
     if unknown:
         raise ConfigError(f"unknown sampler option(s) {unknown}; options: {list(SamplerConfig.option_names())}")
-    return SamplerConfig.preset(args.preset, **overrides)
+    return sampler_defaults(model_dir, args.preset, **overrides)
+
+
+def _warn_cache_notes(model_dir: Path, configs) -> None:
+    """One warning per flagged cache: what the checkpoint's card measured with it."""
+    from jaxdllm.pretrained import cache_note
+
+    for name in sorted({c.cache.name for c in configs}):
+        note = cache_note(model_dir, next(c for c in configs if c.cache.name == name))
+        if note:
+            warnings.warn(f"cache {name!r} on {model_dir.name}: {note}")
 
 
 def _generate(args) -> int:
@@ -108,6 +114,7 @@ def _generate(args) -> int:
         raise ConfigError("--prompt is empty: give the text to continue")
     model_dir = _model_dir(args)
     config = _sampler_config(args, model_dir)  # bad options fail before any loading
+    _warn_cache_notes(model_dir, [config])
     model = from_pretrained(model_dir)
     tok = Tokenizer.from_pretrained(model_dir)
     if tok.chat_template and not args.no_chat:
@@ -132,30 +139,33 @@ def _eval_samplers(args, model_dir: Path) -> dict:
     from jaxdllm.errors import ConfigError
     from jaxdllm.eval import sampler_settings
 
+    from jaxdllm.pretrained import checkpoint_settings
+
     sweep = parse_sets(args.sweep)
     sweep = {k: v if isinstance(v, list) else [v] for k, v in sweep.items()}
+    preset, defaults = checkpoint_settings(model_dir, args.preset)
     if args.preset is None:  # the model card's table: one token per step, and Fast-dLLM's threshold rule
         if args.set or sweep:
             raise ConfigError("--set and --sweep need --preset (the sampler they change)")
-        from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
-
-        defaults = _model_sampler_defaults(model_dir)
         g = args.gen_length or defaults.get("gen_length", 16)
-        if config_from_hf(read_config_json(model_dir)).attention == "causal":  # AR, then Jacobi Forcing's decoding
-            n = defaults.get("block_length", 16)
+        if preset == "jacobi":  # a causal model: AR, then Jacobi Forcing's decoding
+            n = min(defaults.get("block_length", 16), g)
             return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
                     "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=n),
                     "jacobi-mr": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=n)}
         return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
                 "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
-    overrides = {k: v for k, v in _model_sampler_defaults(model_dir).items() if k not in sweep}
     sets = parse_sets(args.set)
     clash = sorted(set(sets) & set(sweep))
     if clash:
         raise ConfigError(f"{clash[0]} is both set (--set) and swept (--sweep): keep one")
+    if args.gen_length is not None:  # the checkpoint's block length and steps rescaled to the new length
+        given = {k: v for k, v in {**sets, **sweep}.items() if k in ("block_length", "steps")}
+        sized = SamplerConfig.preset(preset, **defaults).resized(args.gen_length, **{k: v for k, v in given.items()
+                                                                                    if not isinstance(v, list)})
+        defaults = {**defaults, "gen_length": sized.gen_length, "block_length": sized.block_length, "steps": sized.steps}
+    overrides = {k: v for k, v in defaults.items() if k not in sweep}
     overrides.update(sets)
-    if args.gen_length is not None:
-        overrides["gen_length"] = args.gen_length
     return sampler_settings(args.preset, overrides, sweep)
 
 
@@ -177,6 +187,7 @@ def _eval(args) -> int:
         raise ConfigError("--n all only applies to GSM8K; the suite tasks need a number of prompts")
     model_dir = _model_dir(args)
     samplers = _eval_samplers(args, model_dir)
+    _warn_cache_notes(model_dir, list(samplers.values()))
     out = Path(args.out) if args.out else Path("runs") / "eval" / model_dir.resolve().name
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
@@ -185,7 +196,8 @@ def _eval(args) -> int:
              model_id=str(model_dir.resolve()), model_version=weights_version(model_dir),
              progress=not args.no_progress,
              log=lambda line: print(line, flush=True))
-    print(f"wrote {out / 'eval.json'} and {out / 'pareto.png'}", flush=True)
+    written = [out / name for name in ("eval.json", "pareto.png") if (out / name).is_file()]
+    print(f"wrote {' and '.join(map(str, written))}", flush=True)
     return 0
 
 
@@ -228,9 +240,10 @@ def _convert(args) -> int:
 
 def _recipe(args):
     """The recipe `args.recipe` with the `--set SECTION.KEY=VALUE` overrides applied."""
+    from jaxdllm.shipped import recipe_path
     from jaxdllm.train import TrainConfig
 
-    config = TrainConfig.from_toml(args.recipe)
+    config = TrainConfig.from_toml(recipe_path(args.recipe))
     if args.set:
         raw = config.to_dict()
         for section, values in parse_sets(args.set, sections=True).items():
@@ -274,6 +287,7 @@ def _distill_generate(args) -> int:
     from jaxdllm.checkpoint.hf_config import read_config_json
     from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
     from jaxdllm.errors import ConfigError
+    from jaxdllm.shipped import checkpoint_dir
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.train.distill import generate_answers, load_prompts
     from jaxdllm.train.setup import make_training_mesh
@@ -288,7 +302,8 @@ def _distill_generate(args) -> int:
     if teacher is None:
         raise ConfigError("[distill] teacher is not set and [model] has no init_from: name the teacher checkpoint")
     out = args.out or section.out
-    read_config_json(Path(teacher))  # a missing teacher fails first
+    teacher = checkpoint_dir(teacher)  # a folder, or a shipped checkpoint's name
+    read_config_json(teacher)  # a missing teacher fails first
     sampler = section.sampler_config(read_sampler_defaults(teacher))  # bad settings fail before loading
     examples = load_prompts(section)
     mesh = make_training_mesh(config.mesh)
@@ -322,9 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("generate", help="decode a prompt with a diffusion LLM")
     p.add_argument("--model", default=None,
-                   help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
+                   help="checkpoint folder or shipped name (default: the shipped tasks-llada-small)")
     p.add_argument("--prompt", required=True)
-    p.add_argument("--preset", default="llada", help="sampler preset (see SamplerConfig.preset)")
+    p.add_argument("--preset", default=None,
+                   help="sampler preset (see SamplerConfig.preset; default: the checkpoint's own settings, "
+                        "llada for a diffusion model, jacobi for a causal one)")
     p.add_argument("--gen-length", dest="gen_length", type=int)
     p.add_argument("--block-length", dest="block_length", type=int)
     p.add_argument("--steps", type=int)
@@ -339,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="accuracy, NFE, tokens per forward, tokens/s and latency per task; "
                                     "sweeps; JSON + Pareto PNG; resumable")
     p.add_argument("--model", default=None,
-                   help="checkpoint directory (default: the shipped checkpoints/tasks-llada-small)")
+                   help="checkpoint folder or shipped name (default: the shipped tasks-llada-small)")
     p.add_argument("--tasks", default="suite",
                    help="comma-separated: suite task names, the groups 'suite', 'long' and 'parallelbench', 'gsm8k'")
     p.add_argument("--n", default="200", help="prompts per task (GSM8K: the first n of the test split, or 'all')")
@@ -379,14 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
                         ("trajectories", "the same with every decoding state recorded (Jacobi Forcing, CLLM: "
                                          "[distill] preset = \"jacobi\")")):
         p = distill.add_parser(name, help=about)
-        p.add_argument("recipe", help="TOML recipe with a [distill] section")
+        p.add_argument("recipe", help="TOML recipe with a [distill] section (a file or a shipped recipe's name)")
         p.add_argument("--out", help="JSONL file to write (default: [distill] out)")
         p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
         p.set_defaults(func=_distill_generate)
     p = sub.add_parser("train", help="train or fine-tune from a recipe (training/*.toml)")
-    p.add_argument("recipe", help="TOML recipe")
+    p.add_argument("recipe", help="TOML recipe: a file, or a shipped recipe's name (tasks_tiny_cpu)")
     p.add_argument("--workdir", help="checkpoints + metrics.jsonl (default: the recipe's [checkpoint] dir)")
     p.add_argument("--steps", type=int, help="train to this many steps instead of [train] steps")
     p.add_argument("--export", help="write the final model as a Hugging Face checkpoint here")

@@ -51,25 +51,34 @@ def _fitted(preset: str, model_config: ModelConfig, settings: dict) -> dict:
     return {**settings, "gen_length": 1 << (max(model_config.max_position // 2, 1).bit_length() - 1)}
 
 
+def checkpoint_settings(path: str | os.PathLike, preset: str | None = None) -> tuple[str, dict]:
+    """`(preset, settings)` behind `sampler_defaults`: the preset name and the `SamplerConfig`
+    keywords the checkpoint sets (its `jaxdllm_sampler.json`, and a `gen_length` that fits)."""
+    directory = checkpoint_dir(path)
+    model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    preset = preset or default_preset(model_config)
+    return preset, _fitted(preset, model_config, read_sampler_defaults(directory))
+
+
 def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
     """The sampler settings a checkpoint decodes with, as a `SamplerConfig`.
 
     In order: `preset` (default `default_preset`: `jacobi` for a causal model, else `llada`); the
     checkpoint's `jaxdllm_sampler.json` (the settings its card was measured with, e.g. 16 tokens
     for a 64-position model); a `gen_length` that fits `max_position` when the file names none;
-    then `overrides`. A new `gen_length` rescales the preset's block length and steps (see
-    `SamplerConfig.preset`).
+    then `overrides`. A `gen_length` in `overrides` rescales the block length and steps that
+    come before it (`SamplerConfig.resized`): a one-block checkpoint setting stays one block.
 
     Args:
       path: checkpoint folder or shipped name.
       preset: a name from `jaxdllm.decoding.SAMPLER_PRESETS`.
       **overrides: any `SamplerConfig` keyword.
     """
-    directory = checkpoint_dir(path)
-    model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
-    preset = preset or default_preset(model_config)
-    settings = _fitted(preset, model_config, read_sampler_defaults(directory))
-    return SamplerConfig.preset(preset, **{**settings, **overrides})
+    preset, settings = checkpoint_settings(path, preset)
+    base = SamplerConfig.preset(preset, **settings)
+    if "gen_length" in overrides:
+        return base.resized(**overrides)
+    return base.replace(**overrides) if overrides else base
 
 
 def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
@@ -103,4 +112,4 @@ def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=
     return Pretrained(model, tokenizer, defaults)
 
 
-__all__ = ["Pretrained", "cache_note", "default_preset", "load", "sampler_defaults"]
+__all__ = ["Pretrained", "cache_note", "checkpoint_settings", "default_preset", "load", "sampler_defaults"]

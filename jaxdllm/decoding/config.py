@@ -141,6 +141,14 @@ class SamplerConfig:
         """A copy with `changes` (loop settings, `policy`/`cache`, or their settings by flat name)."""
         return dataclasses.replace(self, **changes)
 
+    def resized(self, gen_length: int, **changes: Any) -> "SamplerConfig":
+        """A copy for a canvas of `gen_length` tokens: `block_length` and `steps` rescaled by the
+        rule of `preset` (unless given in `changes`), then `changes` applied.
+
+            SamplerConfig.preset("llada").resized(64)    # 2 blocks of 32, 64 steps
+        """
+        return self.replace(**_rescaled(self, {"gen_length": gen_length, **changes}))
+
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
         """Every keyword the constructor may take (loop settings, every policy's and cache's settings)."""

@@ -141,7 +141,9 @@ def plot_pareto(report: dict, path: str | Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        warnings.warn("matplotlib is not installed (pip install -e '.[eval]'): no Pareto plot written")
+        from jaxdllm.extras import missing_extra_message
+
+        warnings.warn(missing_extra_message("matplotlib", "eval", "the Pareto plot (pareto.png)") + "; not written")
         return None
     labels = list(report["results"])
     panels = list(next(iter(report["results"].values())))

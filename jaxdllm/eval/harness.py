@@ -32,7 +32,8 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
+from jaxdllm.checkpoint.hf_io import from_pretrained
+from jaxdllm.pretrained import sampler_defaults
 from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval.runner import decode_rows
@@ -55,7 +56,8 @@ class JaxdllmLM(LM):
 
     Args (lm-eval `--model_args`):
       pretrained: checkpoint directory.
-      preset: sampler preset (`SamplerConfig.preset`); other keys that are sampler options
+      preset: sampler preset (`SamplerConfig.preset`; default: the checkpoint's own settings,
+        `jaxdllm.sampler_defaults`); other keys that are sampler options
         (`threshold`, `gen_length`, ...) override it.
       batch_size: prompts per `generate` call (lm-eval's `--batch_size`).
       dtype: parameter dtype to load.
@@ -63,7 +65,7 @@ class JaxdllmLM(LM):
       seed: the Monte-Carlo masks' seed.
     """
 
-    def __init__(self, pretrained: str, preset: str = "llada", batch_size: int | str = 8, dtype: str = "float32",
+    def __init__(self, pretrained: str, preset: str | None = None, batch_size: int | str = 8, dtype: str = "float32",
                  mc_num: int = 128, mc_batch: int = 32, seed: int = 0, **options):
         super().__init__()
         sampler = {k: v for k, v in options.items() if k not in _LM_EVAL_KEYS}
@@ -71,9 +73,7 @@ class JaxdllmLM(LM):
         if unknown:
             raise ConfigError(f"unknown jaxdllm model_args {unknown}: give pretrained, preset, batch_size, dtype, "
                               f"mc_num, mc_batch, seed, or sampler options {list(SamplerConfig.option_names())}")
-        overrides = read_sampler_defaults(pretrained)
-        overrides.update(sampler)
-        self.sampler_config = SamplerConfig.preset(preset, **overrides)
+        self.sampler_config = sampler_defaults(pretrained, preset, **sampler)
         self.batch_size = int(batch_size) if str(batch_size) != "auto" else 8
         self.model = from_pretrained(pretrained, dtype=dtype)
         self.tokenizer = Tokenizer.from_pretrained(pretrained)

@@ -11,6 +11,12 @@ TASK_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 
 def main(argv: list[str] | None = None) -> None:
     """Run lm-eval's `run` / `ls` / `validate` with `--include_path` set to `TASK_DIR`."""
+    from jaxdllm.extras import MissingExtraError, require
+
+    try:
+        require("lm_eval", "eval", "jaxdllm-lm-eval")
+    except MissingExtraError as e:
+        sys.exit(f"jaxdllm-lm-eval: error: {e}")
     import jaxdllm.eval.harness  # noqa: F401  registers the model "jaxdllm"
     from lm_eval.__main__ import cli_evaluate
 
