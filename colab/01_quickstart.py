@@ -23,32 +23,41 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 if "google.colab" in sys.modules:  # Colab: the repository (it holds the shipped models) and its install
     subprocess.run("git clone -q --depth 1 https://github.com/jaxdllm/jaxdllm /content/jaxdllm", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/jaxdllm[eval]"], check=True)
-    os.chdir("/content/jaxdllm")
+    sys.path.insert(0, "/content/jaxdllm")  # this kernel started before the install
+
+try:  # local Jupyter (started in colab/ or anywhere in a checkout) without `pip install -e .`
+    import jaxdllm  # noqa: F401
+except ImportError:
+    root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jaxdllm" / "__init__.py").is_file()), None)
+    if root is None:
+        raise ImportError("jaxdllm is not installed: pip install -e \".[notebooks]\" in a clone of the repository")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
 
 # %%
 import time
 
 import jax
 import matplotlib.pyplot as plt
-import numpy as np
 
 import jaxdllm
-from jaxdllm.eval import left_pad
-from jaxdllm.tokenizer import answer_length, decode_response
+from jaxdllm.tokenizer import answer_length
 
 jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 print("JAX", jax.__version__, "on", jax.default_backend())
-model = jaxdllm.from_pretrained("checkpoints/tasks-llada-small")
-distilled = jaxdllm.from_pretrained("checkpoints/tasks-llada-small-dparallel", dtype="float32")
-tok = jaxdllm.Tokenizer.from_pretrained("checkpoints/tasks-llada-small")
+# Shipped models load by name from any working folder; `defaults` is the checkpoint's own sampler.
+model, tok, defaults = jaxdllm.load("tasks-llada-small")
+distilled, _, _ = jaxdllm.load("tasks-llada-small-dparallel", dtype="float32")
 prompts = ["reverse 4821=", "sort 93715=", "copy 2718=", "123+456=", "perm 4312=", "pick 3 from 31425="]
-ids, mask = left_pad([tok.encode(p) for p in prompts], model.config.pad_token_id)
+batch = tok(prompts)  # left-padded ids and attention mask
+ids, mask = batch.ids, batch.mask
 EOS = model.config.eos_token_id
-print(ids.shape, "left-padded prompt ids")
+print(ids.shape, "left-padded prompt ids;", "checkpoint defaults:", defaults.gen_length, "tokens,", defaults.policy)
 
 # %% [markdown]
 # ## Several samplers on one batch
@@ -56,12 +65,12 @@ print(ids.shape, "left-padded prompt ids")
 # the time below is the second call.
 
 # %%
-G = 16
+G = defaults.gen_length  # 16: presets rescale their block length and steps to it
 samplers = {
-    "llada, 1 token/step": (model, jaxdllm.SamplerConfig.preset("llada", gen_length=G, block_length=G, steps=G)),
-    "fast-dllm threshold 0.9": (model, jaxdllm.SamplerConfig.preset("fast-dllm-parallel", gen_length=G, block_length=G)),
+    "llada, 1 token/step": (model, defaults),
+    "fast-dllm threshold 0.9": (model, jaxdllm.SamplerConfig.preset("fast-dllm-parallel", gen_length=G)),
     "dparallel (distilled) entropy 0.2": (distilled, jaxdllm.SamplerConfig.preset(
-        "dparallel", gen_length=G, block_length=G, entropy_threshold=0.2)),
+        "dparallel", gen_length=G, entropy_threshold=0.2)),
 }
 results = {}
 print(f"{'sampler':36s} {'ms':>6s}  " + "  ".join(f"{p[:12]:>12s}" for p in prompts))
@@ -71,7 +80,7 @@ for name, (m, config) in samplers.items():
     out = jaxdllm.generate(m, ids, config, attention_mask=mask)
     ms = 1000 * (time.perf_counter() - start)
     results[name] = out
-    answers = [decode_response(tok, row, EOS) for row in out.tokens[:, ids.shape[1]:]]
+    answers = tok.answers(out)  # each answer up to its EOS
     print(f"{name:36s} {ms:6.0f}  " + "  ".join(f"{a:>8s} ({n:2d})" for a, n in zip(answers, out.nfe)))
 print("(answer, forwards per prompt)")
 
@@ -102,10 +111,9 @@ plt.show()
 # `max_trajectory` records the canvas after each step (`_` is a masked position).
 
 # %%
-config = jaxdllm.SamplerConfig.preset("llada", gen_length=G, block_length=G, steps=G, max_trajectory=G)
-one = np.asarray([tok.encode("sort 93715=")], np.int32)
-out = jaxdllm.generate(model, one, config)
+one = tok("sort 93715=").ids
+out = jaxdllm.generate(model, one, defaults.replace(max_trajectory=G))
 for step, canvas in enumerate(out.trajectory[0]):
     cells = ["_" if t == model.config.mask_token_id else (tok.decode([int(t)]) or "·") for t in canvas[one.shape[1]:]]
     print(f"step {step + 1:2d}  {''.join(cells)}")
-print("answer:", decode_response(tok, out.tokens[0, one.shape[1]:], EOS))
+print("answer:", tok.answers(out)[0])

@@ -26,12 +26,22 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-if "google.colab" in sys.modules:  # Colab: the repository and its install (TPU wheels of JAX)
+if "google.colab" in sys.modules:  # Colab: the repository (it holds the shipped models) and its install
     subprocess.run("git clone -q --depth 1 https://github.com/jaxdllm/jaxdllm /content/jaxdllm", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/jaxdllm", "jax[tpu]",
                     "huggingface_hub"], check=True)
-    os.chdir("/content/jaxdllm")
+    sys.path.insert(0, "/content/jaxdllm")  # this kernel started before the install
+
+try:  # local Jupyter (started in colab/ or anywhere in a checkout) without `pip install -e .`
+    import jaxdllm  # noqa: F401
+except ImportError:
+    root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jaxdllm" / "__init__.py").is_file()), None)
+    if root is None:
+        raise ImportError("jaxdllm is not installed: pip install -e \".[notebooks]\" in a clone of the repository")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
 
 # %%
 import json
@@ -39,7 +49,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 from flax import nnx
 
 import jaxdllm
@@ -87,9 +96,8 @@ tok = jaxdllm.Tokenizer.from_pretrained(path)
 print(f"{model.config.num_params:,} parameters loaded in {time.perf_counter() - start:.1f} s on mesh {dict(mesh.shape)}")
 
 question = "Lily can run 12 kilometers per hour for 4 hours. After that, she runs 6 kilometers per hour. How many kilometers can she run in 8 hours?"
-prompt = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=True)
-ids = np.asarray([prompt], np.int32)
-print(len(prompt), "prompt tokens")
+ids = tok([question], chat=True).ids  # the chat template, as token ids [1, Lp]
+print(ids.shape[1], "prompt tokens")
 
 # %% [markdown]
 # ## Three samplers
@@ -111,7 +119,7 @@ for name, config in configs.items():
     start = time.perf_counter()
     out = jaxdllm.generate(model, ids, config)
     seconds = time.perf_counter() - start
-    text = tok.decode(out.tokens[0, len(prompt):].tolist(), skip_special_tokens=True)
+    text = tok.answers(out)[0]  # up to the first EOS
     rows.append((name, int(out.nfe[0]), G / seconds, compile_s, text))
 print(f"{'sampler':16s} {'NFE':>5s} {'tokens/s':>9s} {'first call s':>13s}")
 for name, nfe, tps, compile_s, _ in rows:

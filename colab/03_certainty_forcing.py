@@ -26,11 +26,21 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-if "google.colab" in sys.modules:  # Colab: the repository and its install
+if "google.colab" in sys.modules:  # Colab: the repository (it holds the shipped models) and its install
     subprocess.run("git clone -q --depth 1 https://github.com/jaxdllm/jaxdllm /content/jaxdllm", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/jaxdllm[eval]"], check=True)
-    os.chdir("/content/jaxdllm")
+    sys.path.insert(0, "/content/jaxdllm")  # this kernel started before the install
+
+try:  # local Jupyter (started in colab/ or anywhere in a checkout) without `pip install -e .`
+    import jaxdllm  # noqa: F401
+except ImportError:
+    root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jaxdllm" / "__init__.py").is_file()), None)
+    if root is None:
+        raise ImportError("jaxdllm is not installed: pip install -e \".[notebooks]\" in a clone of the repository")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
 
 # %%
 import json
@@ -41,10 +51,12 @@ import jax
 import matplotlib.pyplot as plt
 from IPython.display import Image, display
 
+import jaxdllm
+
 SMALL = jax.default_backend() == "cpu"
 RUN = Path("runs/notebook-dparallel")
 shutil.rmtree(RUN, ignore_errors=True)
-RECIPE = "training/dparallel_tasks_tiny_cpu.toml"
+RECIPE = "dparallel_tasks_tiny_cpu"  # a shipped recipe by name (training/dparallel_tasks_tiny_cpu.toml)
 size = ["--set", "distill.examples_per_task=40"] if SMALL else []
 steps = ["--steps", "30"] if SMALL else []
 print("small size:", SMALL)
@@ -85,7 +97,7 @@ print({k: round(v, 4) for k, v in metrics[-1].items() if isinstance(v, float)})
 # %%
 tasks, n = ("copy,sort,add,perm", "50") if SMALL else ("suite", "200")
 sweep = "entropy_threshold=0.1,0.2,0.35,0.5"
-for name, model in (("before", "checkpoints/tasks-llada-small"), ("after", str(RUN / "model"))):
+for name, model in (("before", "tasks-llada-small"), ("after", str(RUN / "model"))):
     jaxdllm("eval", "--model", model, "--preset", "dparallel", "--sweep", sweep, "--tasks", tasks, "--n", n,
             "--out", str(RUN / f"eval-{name}"), "--no-progress")
 
@@ -111,4 +123,4 @@ plt.show()
 # same sampler.
 
 # %%
-display(Image("checkpoints/tasks-llada-small-dparallel/pareto.png", width=900))
+display(Image(str(jaxdllm.checkpoint_dir("tasks-llada-small-dparallel") / "pareto.png"), width=900))

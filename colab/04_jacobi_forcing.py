@@ -27,11 +27,21 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-if "google.colab" in sys.modules:  # Colab: the repository and its install
+if "google.colab" in sys.modules:  # Colab: the repository (it holds the shipped models) and its install
     subprocess.run("git clone -q --depth 1 https://github.com/jaxdllm/jaxdllm /content/jaxdllm", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/jaxdllm[eval]"], check=True)
-    os.chdir("/content/jaxdllm")
+    sys.path.insert(0, "/content/jaxdllm")  # this kernel started before the install
+
+try:  # local Jupyter (started in colab/ or anywhere in a checkout) without `pip install -e .`
+    import jaxdllm  # noqa: F401
+except ImportError:
+    root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jaxdllm" / "__init__.py").is_file()), None)
+    if root is None:
+        raise ImportError("jaxdllm is not installed: pip install -e \".[notebooks]\" in a clone of the repository")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
 
 # %%
 import json
@@ -39,17 +49,16 @@ import shutil
 from pathlib import Path
 
 import jax
-import numpy as np
 from IPython.display import Image, display
 
 import jaxdllm
-from jaxdllm import SamplerConfig, Tokenizer
+import jaxdllm.shipped
 
 jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 SMALL = jax.default_backend() == "cpu"
 RUN = Path("runs/notebook-jacobi-forcing")
 shutil.rmtree(RUN, ignore_errors=True)
-RECIPE = "training/jacobi_forcing_tasks_cpu.toml"
+RECIPE = "jacobi_forcing_tasks_cpu"  # a shipped recipe by name (training/jacobi_forcing_tasks_cpu.toml)
 size = ["--set", "distill.examples_per_task=40"] if SMALL else []
 steps = ["--steps", "30"] if SMALL else []
 print("small size:", SMALL)
@@ -68,16 +77,13 @@ def jaxdllm_cli(*args):
 # A window of one token is plain autoregressive decoding (one forward per token).
 
 # %%
-base = "checkpoints/tasks-qwen2-small"
-model, tokenizer = jaxdllm.from_pretrained(base), Tokenizer.from_pretrained(base)
+base = "tasks-qwen2-small"  # a shipped causal model: its defaults are Jacobi decoding
+model, tokenizer, defaults = jaxdllm.load(base)
 prompts = ["copy 271828=", "sort 93715=", "reverse 3141592653589="]  # the last: a long-answer task
-rows = [tokenizer.encode(p) for p in prompts]
-width = max(map(len, rows))
-ids = np.array([[0] * (width - len(r)) + r for r in rows])
-mask = (np.arange(width)[None] >= width - np.array([len(r) for r in rows])[:, None]).astype(np.int32)
+batch = tokenizer(prompts)
 for n in (1, 16):
-    out = jaxdllm.generate(model, ids, SamplerConfig.preset("jacobi", gen_length=32, block_length=n), attention_mask=mask)
-    answers = [tokenizer.decode(t[width:]).split("<eos>")[0] for t in out.tokens]
+    out = jaxdllm.generate(model, batch.ids, defaults.replace(block_length=n), attention_mask=batch.mask)
+    answers = tokenizer.answers(out)
     print(f"window {n:2d}: {answers}  forwards per row {out.nfe.tolist()}")
 
 # %% [markdown]
@@ -127,4 +133,4 @@ for name, path in (("before", base), ("after", str(RUN / "model"))):
 # `python -m sampling.benchmark_jacobi`.
 
 # %%
-display(Image("sampling/results/jacobi_cpu.png", width=700))
+display(Image(str(jaxdllm.shipped.repository_root() / "sampling/results/jacobi_cpu.png"), width=700))

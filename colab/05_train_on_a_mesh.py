@@ -23,11 +23,21 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-if "google.colab" in sys.modules:  # Colab: the repository and its install
+if "google.colab" in sys.modules:  # Colab: the repository (it holds the shipped models) and its install
     subprocess.run("git clone -q --depth 1 https://github.com/jaxdllm/jaxdllm /content/jaxdllm", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/jaxdllm"], check=True)
-    os.chdir("/content/jaxdllm")
+    sys.path.insert(0, "/content/jaxdllm")  # this kernel started before the install
+
+try:  # local Jupyter (started in colab/ or anywhere in a checkout) without `pip install -e .`
+    import jaxdllm  # noqa: F401
+except ImportError:
+    root = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jaxdllm" / "__init__.py").is_file()), None)
+    if root is None:
+        raise ImportError("jaxdllm is not installed: pip install -e \".[notebooks]\" in a clone of the repository")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
 if not any(os.path.exists(d) for d in ("/dev/accel0", "/dev/vfio", "/dev/nvidia0")):
     # No accelerator: 8 CPU devices, so that the mesh below is a real (2, 2, 2) one. Set before JAX starts.
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
@@ -55,7 +65,7 @@ print("JAX", jax.__version__, "|", jax.device_count(), "x", jax.devices()[0].dev
 # `fsdp` shards parameters and optimizer state, `tensor` splits heads and MLP, `data` splits rows.
 
 # %%
-raw = TrainConfig.from_toml("training/tasks_tiny_cpu.toml").to_dict()
+raw = TrainConfig.from_toml("tasks_tiny_cpu").to_dict()  # a shipped recipe by name (training/tasks_tiny_cpu.toml)
 n = jax.device_count()
 raw["mesh"] = {"data": 2, "fsdp": 2, "tensor": 2} if n == 8 else {"data": 1, "fsdp": n, "tensor": 1}
 raw["train"]["steps"] = 40 if SMALL else 1000

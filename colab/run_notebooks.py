@@ -5,7 +5,8 @@
 
 The `.py` files (jupytext percent format) are the sources; the `.ipynb` files are written from
 them with their outputs, so GitHub shows the results. Each notebook runs from the repository
-root, at its small size when JAX has no accelerator. Needs `pip install -e ".[notebooks]"`.
+root (`--cwd colab` runs them where Jupyter starts them), at its small size when JAX has no
+accelerator. Needs `pip install -e ".[notebooks]"`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ def notebook_sources(prefixes: list[str] | None = None) -> list[Path]:
     return [p for p in sources if not prefixes or any(p.name.startswith(x) for x in prefixes)]
 
 
-def execute(source: Path, out_dir: Path, timeout: int = 1200) -> tuple[Path, float]:
-    """Run `source` top to bottom in a fresh kernel; write `<out_dir>/<name>.ipynb`. Raises on a cell error."""
+def execute(source: Path, out_dir: Path, timeout: int = 1200, cwd: Path = ROOT) -> tuple[Path, float]:
+    """Run `source` top to bottom in a fresh kernel started in `cwd`; write `<out_dir>/<name>.ipynb`.
+    Raises on a cell error."""
+    from jaxdllm.extras import require
+
+    for module in ("jupytext", "nbformat", "nbclient"):
+        require(module, "notebooks", "running the notebooks")
     import jupytext
     import nbformat
     from nbclient import NotebookClient
@@ -34,7 +40,7 @@ def execute(source: Path, out_dir: Path, timeout: int = 1200) -> tuple[Path, flo
     notebook = jupytext.read(source)
     start = time.perf_counter()
     NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()
+                   resources={"metadata": {"path": str(cwd)}}).execute()
     seconds = time.perf_counter() - start
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{source.stem}.ipynb"
@@ -46,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prefixes", nargs="*", help="run only notebooks whose name starts with one of these")
     parser.add_argument("--out", type=Path, default=COLAB, help="where the executed .ipynb files go")
+    parser.add_argument("--cwd", type=Path, default=ROOT, help="the kernel's working folder (default: the repository root)")
     args = parser.parse_args(argv)
     for source in notebook_sources(args.prefixes):
-        target, seconds = execute(source, args.out)
+        target, seconds = execute(source, args.out, cwd=args.cwd.resolve())
         print(f"{source.name}: {seconds:.0f} s -> {target}", flush=True)
     return 0
 

@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 from jaxdllm.models.config import DTYPES
+from jaxdllm.shipped import checkpoint_dir
 
 
 def _parse_value(text: str):
@@ -56,20 +57,21 @@ def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
     return out
 
 
-DEFAULT_MODEL = "tasks-llada-small"  # shipped in checkpoints/ (see jaxdllm.shipped)
+DEFAULT_MODEL_NAME = "tasks-llada-small"
+DEFAULT_MODEL = checkpoint_dir(DEFAULT_MODEL_NAME)  # shipped in checkpoints/ (see jaxdllm.shipped)
 
 
 def _model_dir(args) -> Path:
     """`--model` (a folder or a shipped name), else the shipped default."""
     from jaxdllm.errors import CheckpointError
-    from jaxdllm.shipped import checkpoint_dir, shipped_hint
+    from jaxdllm.shipped import shipped_hint
 
     if args.model is not None:
         return checkpoint_dir(args.model)
-    directory = checkpoint_dir(DEFAULT_MODEL)
-    if not (directory / "config.json").is_file():
-        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL} is missing ({shipped_hint()})")
-    return directory
+    if not (DEFAULT_MODEL / "config.json").is_file():
+        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL_NAME} is missing "
+                              f"({shipped_hint()})")
+    return DEFAULT_MODEL
 
 
 def _sampler_config(args, model_dir: Path):
@@ -287,7 +289,6 @@ def _distill_generate(args) -> int:
     from jaxdllm.checkpoint.hf_config import read_config_json
     from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
     from jaxdllm.errors import ConfigError
-    from jaxdllm.shipped import checkpoint_dir
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.train.distill import generate_answers, load_prompts
     from jaxdllm.train.setup import make_training_mesh

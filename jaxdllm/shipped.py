@@ -96,4 +96,4 @@ def recipe_path(reference: str | os.PathLike) -> Path:
         return found
     names = shipped_recipes()
     shipped = f"shipped recipes: {', '.join(names)}" if names else "no shipped recipes here"
-    raise ConfigError(f"recipe {str(reference)!r} is neither a file nor a shipped recipe ({shipped})")
+    raise ConfigError(f"recipe {reference} does not exist and is not a shipped recipe's name ({shipped})")

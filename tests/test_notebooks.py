@@ -1,14 +1,16 @@
 """Every notebook in colab/ runs top to bottom at its small size (CPU, no network) with nbclient,
-and its saved copy with outputs has no error cell."""
+from the repository root and from colab/ (where Jupyter starts a notebook), and its saved copy
+with outputs has no error cell."""
 
 import json
+import re
 
 import pytest
 
 pytest.importorskip("nbclient", reason="the notebooks extra: pip install -e '.[notebooks]'")
 pytest.importorskip("jupytext", reason="the notebooks extra: pip install -e '.[notebooks]'")
 
-from colab.run_notebooks import COLAB, execute, notebook_sources  # noqa: E402
+from colab.run_notebooks import COLAB, ROOT, execute, notebook_sources  # noqa: E402
 
 SOURCES = notebook_sources()
 
@@ -24,10 +26,18 @@ def test_every_notebook_has_a_saved_copy_without_errors():
         assert "colab-badge.svg" in "".join(cells[0]["source"]), f"{source.stem}: no Colab badge"
 
 
+def test_notebooks_name_no_root_relative_path():
+    """Paths such as `checkpoints/...` or `training/...` work only from the repository root: the
+    notebooks load shipped models and recipes by name (`jaxdllm.load`, `recipe_path`)."""
+    code_lines = [line for source in SOURCES for line in source.read_text().splitlines() if not line.startswith("#")]
+    assert not [line for line in code_lines if re.search(r"(?<!/ )[\"'](checkpoints|training|sampling)/", line)]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("folder", [ROOT, COLAB], ids=["from-root", "from-colab"])
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(source, tmp_path):
-    target, seconds = execute(source, tmp_path)  # raises CellExecutionError on any failing cell
+def test_notebook_runs_top_to_bottom(source, folder, tmp_path):
+    target, seconds = execute(source, tmp_path, cwd=folder)  # raises CellExecutionError on any failing cell
     cells = json.loads(target.read_text())["cells"]
     outputs = [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
     assert any(o["output_type"] == "display_data" for o in outputs), "no plot"

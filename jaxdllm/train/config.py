@@ -313,9 +313,11 @@ class TrainConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "TrainConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} does not exist")
+        """The recipe in `path`: a TOML file, or a shipped recipe's name (`tasks_tiny_cpu`, see
+        `jaxdllm.shipped.recipe_path`)."""
+        from jaxdllm.shipped import recipe_path
+
+        path = recipe_path(path)
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
