@@ -1,0 +1,248 @@
+"""The Python path as a user meets it: shipped checkpoints and recipes by name from any folder, the
+checkpoint's sampler defaults, presets at any length, text in and text out, and missing extras.
+
+Expected answers come from the task checkers and the shipped model cards, not from the code under
+test; the left-padding layout is spelled out by hand.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxdllm
+from jaxdllm import SamplerConfig
+from jaxdllm.data import get_task
+from jaxdllm.decoding import SAMPLER_PRESETS
+from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.extras import MissingExtraError, require
+
+SHIPPED = ["tasks-llada-small", "tasks-llada-small-dparallel", "tasks-qwen2-small", "tasks-qwen2-small-jf"]
+pytestmark = pytest.mark.skipif(not (jaxdllm.checkpoint_dir(SHIPPED[0]) / "config.json").is_file(),
+                                reason="no shipped checkpoints (a source checkout has them)")
+PROMPTS = {"reverse": "reverse 4821=", "sort": "sort 93715=", "copy": "copy 2718="}  # the README's, with its answers
+ANSWERS = ["1284", "13579", "2718"]
+
+
+@pytest.fixture(scope="module")
+def llada():
+    return jaxdllm.load("tasks-llada-small", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return jaxdllm.load("tasks-qwen2-small-jf")
+
+
+# -------------------------------------------------------------------------------- names, from anywhere
+
+def test_shipped_names_resolve_from_an_unrelated_working_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in SHIPPED:
+        for spelling in (name, f"checkpoints/{name}"):
+            assert (jaxdllm.checkpoint_dir(spelling) / "config.json").is_file(), spelling
+    model, tok, defaults = jaxdllm.load("tasks-llada-small")
+    assert model.config.max_position == 64 and tok.vocab_size == model.config.vocab_size
+    assert isinstance(defaults, SamplerConfig)
+    assert jaxdllm.recipe_path("tasks_tiny_cpu").name == "tasks_tiny_cpu.toml"
+    assert jaxdllm.recipe_path("training/tasks_tiny_cpu.toml") == jaxdllm.recipe_path("tasks_tiny_cpu.toml")
+    from jaxdllm.train import TrainConfig
+
+    assert TrainConfig.from_toml("dparallel_tasks_tiny_cpu").model.init_from == "checkpoints/tasks-llada-small"
+
+
+def test_an_existing_folder_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tasks-llada-small").mkdir()
+    assert jaxdllm.checkpoint_dir("tasks-llada-small") == tmp_path.joinpath("tasks-llada-small").relative_to(tmp_path)
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        jaxdllm.load("tasks-llada-small")
+
+
+def test_unknown_names_list_what_is_shipped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist.*tasks-llada-small, tasks-llada-small-dparallel"):
+        jaxdllm.load("tasks-llada-large")
+    with pytest.raises(ConfigError, match="not a shipped recipe.*tasks_tiny_cpu"):
+        jaxdllm.recipe_path("tasks_huge_cpu")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(CheckpointError, match="is a file"):
+        jaxdllm.from_pretrained(tmp_path / "file.txt")
+
+
+# -------------------------------------------------------------------------------- checkpoint defaults
+
+def test_defaults_come_from_the_checkpoint(llada, qwen):
+    _, _, defaults = llada
+    on_disk = json.loads((jaxdllm.checkpoint_dir("tasks-llada-small") / "jaxdllm_sampler.json").read_text())
+    assert (defaults.gen_length, defaults.block_length, defaults.steps) == \
+        (on_disk["gen_length"], on_disk["block_length"], on_disk["steps"])
+    assert defaults.policy.name == "llada" and defaults.cache.name == "none"
+    _, _, causal = qwen
+    assert causal.policy.name == "jacobi" and causal.stop_at_eos  # a causal model: Jacobi, no flag needed
+    assert (causal.gen_length, causal.block_length) == (32, 16)
+    assert jaxdllm.sampler_defaults("tasks-llada-small", "fast-dllm-dual").cache.name == "dual"
+
+
+def test_a_new_length_rescales_the_checkpoint_settings():
+    config = jaxdllm.sampler_defaults("tasks-llada-small", gen_length=8)
+    assert (config.gen_length, config.block_length, config.steps) == (8, 8, 8)  # one block, one token per step
+    config = jaxdllm.sampler_defaults("tasks-llada-small", "llada", gen_length=32, block_length=8)
+    assert (config.block_length, config.steps) == (8, 32)
+
+
+def test_a_checkpoint_without_defaults_gets_a_length_that_fits(tmp_path):
+    import shutil
+
+    copy = shutil.copytree(jaxdllm.checkpoint_dir("tasks-llada-small"), tmp_path / "model")
+    (copy / "jaxdllm_sampler.json").unlink()
+    config = jaxdllm.sampler_defaults(copy)  # max_position 64: the presets' 256 tokens cannot fit
+    assert config.gen_length == 32 and config.gen_length % config.block_length == 0 and config.steps <= 32
+
+
+def test_the_command_line_decodes_a_causal_checkpoint_with_jacobi_without_flags(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--model", "tasks-qwen2-small-jf",
+                          "--prompt", "reverse 3141592653589="], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "9853562951413"  # the card's task: the reversed digits
+    assert "[nfe 2 " in out.stderr  # the card's Jacobi Forcing speed: the whole answer in two forwards
+
+
+# -------------------------------------------------------------------------------- presets at any length
+
+@pytest.mark.parametrize("gen", [16, 24, 48, 100, 256])
+def test_every_preset_rescales_to_a_coherent_config(gen):
+    for name, published in SAMPLER_PRESETS.items():
+        config = SamplerConfig.preset(name, gen_length=gen)
+        assert config.gen_length == gen and config.policy == published.policy and config.cache == published.cache
+        if published.policy.method == "jacobi":
+            assert config.block_length == min(published.block_length, gen)
+            continue
+        assert gen % config.block_length == 0 and config.block_length <= max(published.block_length, gen)
+        if published.block_length == published.gen_length:
+            assert config.block_length == gen  # a one-block preset stays one block
+        if published.policy.scheduled:
+            assert config.steps == gen  # the published one token per step
+        assert config.steps % config.num_blocks == 0
+
+
+def test_an_incoherent_combination_names_the_setting_to_pass():
+    with pytest.raises(ConfigError, match=r"pass block_length= one of \[1, 2, 4, 5, 10, 20\]"):
+        SamplerConfig.preset("llada", gen_length=20, block_length=8)
+    with pytest.raises(ConfigError, match="pass steps=4"):
+        SamplerConfig.preset("llada", gen_length=16, block_length=4, steps=7)
+    with pytest.raises(ConfigError, match="pass steps=16 or fewer"):
+        SamplerConfig.preset("llada", gen_length=16, steps=32)
+
+
+def _valid(tok, out, prompts):
+    return [get_task(task).check(prompt, answer) for (task, prompt), answer in zip(prompts.items(), tok.answers(out))]
+
+
+def test_every_diffusion_preset_decodes_the_shipped_model_at_its_length(llada):
+    """Each preset, rescaled to the checkpoint's 16 tokens, decodes the README's single-answer
+    prompts to their right answers (one-answer tasks: every sampler of the card gets them)."""
+    model, tok, defaults = llada
+    batch = tok(list(PROMPTS.values()))
+    for name, published in SAMPLER_PRESETS.items():
+        if published.policy.method != "diffusion":
+            continue
+        out = jaxdllm.generate(model, batch.ids, SamplerConfig.preset(name, gen_length=defaults.gen_length),
+                               attention_mask=batch.mask)
+        assert tok.answers(out) == ANSWERS, name
+
+
+def test_cached_presets_are_flagged_where_the_card_measured_them_failing(llada):
+    """The card's finding: on the one-block canvas the approximate caches repeat digits on the
+    many-answer tasks. Both cached presets must be flagged, and the flag must be true here."""
+    model, tok, defaults = llada
+    path = jaxdllm.checkpoint_dir("tasks-llada-small")
+    prompts = {"perm": "perm 4971305=", "pick3": "pick 3 from 31425="}
+    batch = tok(list(prompts.values()))
+    uncached = jaxdllm.generate(model, batch.ids, SamplerConfig.preset("fast-dllm-parallel", gen_length=16),
+                                attention_mask=batch.mask)
+    assert all(_valid(tok, uncached, prompts))
+    for name in ("fast-dllm-prefix", "fast-dllm-dual"):
+        config = SamplerConfig.preset(name, gen_length=16)
+        note = jaxdllm.pretrained.cache_note(path, config)
+        assert note and "perm 7 %" in note
+        out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)
+        assert not any(_valid(tok, out, prompts)), tok.answers(out)  # '3333333' and '222', as in the card
+    assert jaxdllm.pretrained.cache_note(path, SamplerConfig.preset("fast-dllm-parallel", gen_length=16)) is None
+
+
+def test_generate_and_eval_warn_on_a_flagged_cache(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--preset", "fast-dllm-dual", "--prompt",
+                          "copy 2718="], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "2718", out.stderr
+    assert "warning: cache 'dual' on tasks-llada-small: an approximation that fails here" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "eval", "--preset", "fast-dllm-prefix", "--tasks", "copy",
+                          "--n", "4", "--no-progress", "--out", str(tmp_path / "ev")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "warning: cache 'prefix' on tasks-llada-small" in out.stderr and "Traceback" not in out.stderr
+
+
+# -------------------------------------------------------------------------------- text in, text out
+
+def test_batch_tokenising_left_pads_with_a_mask(llada):
+    _, tok, _ = llada
+    texts = ["sort 93715=", "copy 2718=", "123+456="]
+    rows = [tok.encode(t) for t in texts]
+    batch = tok(texts)
+    width = max(map(len, rows))
+    assert batch.ids.shape == batch.mask.shape == (3, width) and batch.ids.dtype == np.int32
+    for row, ids, mask in zip(rows, batch.ids, batch.mask):
+        pad = width - len(row)
+        assert ids[pad:].tolist() == row and mask.tolist() == [0] * pad + [1] * len(row)
+        assert set(ids[:pad].tolist()) <= {tok.token_to_id("<pad>")}
+    right = tok(texts, padding_side="right")
+    assert [r[:m.sum()].tolist() for r, m in zip(right.ids, right.mask)] == rows
+    assert np.array_equal(batch.input_ids, batch.ids) and np.array_equal(batch.attention_mask, batch.mask)
+    assert tok("copy 2718=").ids.shape == (1, len(tok.encode("copy 2718=")))
+
+
+def test_answers_stop_at_the_first_eos_and_drop_filler_and_padding(llada):
+    model, tok, _ = llada
+    eos = model.config.eos_token_id
+    digits = tok.encode("1284", add_special_tokens=False)
+    generated = np.array([digits + [eos] * 4 + tok.encode("99", add_special_tokens=False),
+                          [eos] * 10], np.int32)
+    assert tok.answers(generated) == ["1284", ""]
+    prompt = np.zeros((2, 3), np.int32)
+    assert tok.answers(np.concatenate([prompt, generated], 1), prompt_len=3) == ["1284", ""]
+    assert tok.batch_decode(generated[:1])[0].startswith("1284")
+
+
+def test_text_round_trip_through_the_sampler(llada, qwen):
+    model, tok, defaults = llada
+    batch = tok(list(PROMPTS.values()))
+    out = jaxdllm.generate(model, batch.ids, defaults.replace(policy="threshold", threshold=0.9),
+                           attention_mask=batch.mask)
+    assert out.prompt_len == batch.ids.shape[1] and out.generated.shape == (3, defaults.gen_length)
+    assert tok.answers(out) == ANSWERS
+    model, tok, defaults = qwen
+    batch = tok(list(PROMPTS.values()) + ["reverse 3141592653589="])
+    out = jaxdllm.generate(model, batch.ids, defaults, attention_mask=batch.mask)
+    assert tok.answers(out) == ANSWERS + ["9853562951413"]
+
+
+# -------------------------------------------------------------------------------- extras
+
+def test_a_missing_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # as if lm-eval were not installed
+    with pytest.raises(MissingExtraError, match=r'pip install -e "\.\[eval\]"'):
+        require("lm_eval", "eval", "jaxdllm-lm-eval")
+    from jaxdllm.eval import lm_eval_cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        lm_eval_cli.main(["ls"])
+    message = str(exit_info.value.code)
+    assert message.startswith("jaxdllm-lm-eval: error:") and "[eval]" in message and "\n" not in message
