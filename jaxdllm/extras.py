@@ -32,3 +32,15 @@ def require(module: str, extra: str, purpose: str) -> ModuleType:
         if e.name is not None and e.name.split(".")[0] != module.split(".")[0]:
             raise  # the module is there but one of its own imports failed: show the real error
         raise MissingExtraError(missing_extra_message(module, extra, purpose)) from None
+
+
+def exit_if_missing(modules: tuple[str, ...], extra: str, purpose: str) -> None:
+    """For scripts: print one line naming `extra` and exit 2 when any of `modules` is missing."""
+    import sys
+
+    for module in modules:
+        try:
+            require(module, extra, purpose)
+        except MissingExtraError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)

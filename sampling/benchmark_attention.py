@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdllm.extras import exit_if_missing
 from jaxdllm.attention import MaskSpec, tiles
 from jaxdllm.attention.tpu_splash import splash_attention
 from jaxdllm.attention.triton_flash import BlockSizes, flash_attention
@@ -187,6 +188,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_attention")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["full", "tiny"], default="full")
     p.add_argument("--out", default="sampling/results/attention_benchmark")

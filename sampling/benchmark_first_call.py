@@ -26,6 +26,7 @@ GPU's kind) and `<out>.png`.
 
 from __future__ import annotations
 
+from jaxdllm.extras import exit_if_missing
 import argparse
 import json
 import os
@@ -88,6 +89,7 @@ def run_mode(mode: str, folder: Path, args, preset: str) -> dict:
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_first_call")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "small", "tiny"], default="8b")
     p.add_argument("--presets", nargs="*", default=["llada", "fast-dllm-prefix", "fast-dllm-dual", "dparallel"])

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdllm.extras import exit_if_missing
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.decoding import SamplerConfig, generate
@@ -68,6 +69,7 @@ def measured_bandwidth(gib: float) -> float:
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_gpu_sampler")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "tiny"], default="8b")
     p.add_argument("--rows", nargs="*", default=list(ROWS))

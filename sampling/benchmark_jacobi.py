@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
@@ -128,6 +129,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("torch", "transformers", "matplotlib"), "bench", "python -m sampling.benchmark_jacobi")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="checkpoints/tasks-qwen2-small,checkpoints/tasks-qwen2-small-jf",
                    help="comma-separated causal checkpoints; the last is the one timed")

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm import ModelConfig, SamplerConfig, Transformer
 
@@ -135,6 +136,7 @@ def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) ->
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmark_sampler")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/sampler_benchmark")
     parser.add_argument("--quick", action="store_true", help="gen 128 and batch 1 only (overrides --batches, --gen-lengths)")

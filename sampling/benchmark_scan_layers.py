@@ -13,6 +13,7 @@ JSON is written after every variant, then a PNG.
 
 from __future__ import annotations
 
+from jaxdllm.extras import exit_if_missing
 import argparse
 import json
 import resource
@@ -120,6 +121,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_scan_layers")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--width", type=int, default=256)

@@ -85,6 +85,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.models.config import ModelConfig
@@ -360,6 +361,7 @@ def _compiled(ctx: dict) -> PortModel:
 
 def main(argv=None) -> int:
     """Run the rows, writing `<out>.json` after each, then `<out>.png` and a markdown table."""
+    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmark_side_by_side")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "tiny"], default="8b")
     p.add_argument("--rows", nargs="*", default=list(PRESETS), choices=PRESETS)

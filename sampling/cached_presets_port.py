@@ -14,18 +14,22 @@ generated tokens, NFE and commit steps are equal, and each side's valid answers 
 import json
 from pathlib import Path
 
-import numpy as np
-import tokenizers
-import torch
+from jaxdllm.extras import exit_if_missing
 
-import jaxdllm
-from jaxdllm.data import get_task, make_split
-from jaxdllm.eval.runner import left_pad
-from jaxdllm.tokenizer import decode_response
-from sampling.torch_llada import TorchLLaDA
-from sampling.torch_port import generate as port_generate
+exit_if_missing(("torch",), "bench", "python -m sampling.cached_presets_port")
 
-MODEL = Path("checkpoints/tasks-llada-small")
+import numpy as np  # noqa: E402
+import tokenizers  # noqa: E402
+import torch  # noqa: E402
+
+import jaxdllm  # noqa: E402
+from jaxdllm.data import get_task, make_split  # noqa: E402
+from jaxdllm.eval.runner import left_pad  # noqa: E402
+from jaxdllm.tokenizer import decode_response  # noqa: E402
+from sampling.torch_llada import TorchLLaDA  # noqa: E402
+from sampling.torch_port import generate as port_generate  # noqa: E402
+
+MODEL = jaxdllm.checkpoint_dir("tasks-llada-small")
 OUT = Path("sampling/results/cached_presets_port_cpu.json")
 PRESETS = {"none": "fast-dllm-parallel", "prefix": "fast-dllm-prefix", "dual": "fast-dllm-dual"}
 N = {"perm": 20, "pick3": 20, "copy": 8, "reverse": 8, "sort": 8, "add": 8}

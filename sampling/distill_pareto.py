@@ -15,6 +15,7 @@ forward. Writes `<out>.json` (after every setting) and `<out>.png`.
 
 from __future__ import annotations
 
+from jaxdllm.extras import exit_if_missing
 import argparse
 import json
 import time
@@ -76,6 +77,7 @@ def plot(data: dict, path: Path) -> None:
 
 
 def main(argv=None) -> None:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.distill_pareto")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the teacher / base checkpoint")
     parser.add_argument("--distilled", required=True, help="the distilled checkpoint")

@@ -6,6 +6,7 @@ accuracy against the step, one panel each, as a PNG.
 
 from __future__ import annotations
 
+from jaxdllm.extras import exit_if_missing
 import argparse
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accura
 
 
 def main(argv=None) -> None:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.plot_training")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("metrics", help="metrics.jsonl of a run")
     parser.add_argument("--out", required=True, help="PNG to write")
