@@ -63,8 +63,11 @@ def test_generate_prints_text_and_nfe(tmp_path):
 
 
 def test_generate_bad_options_are_readable(tmp_path):
-    out = _run("generate", "--model", str(tmp_path), "--prompt", "x", "--gen-length", "20", "--block-length", "8")
+    out = _run("generate", "--prompt", "x", "--gen-length", "20", "--block-length", "8")
     assert out.returncode == 2 and "gen_length (20) must be a multiple of block_length (8)" in out.stderr
+    assert "pass block_length= one of" in out.stderr
+    out = _run("generate", "--model", str(tmp_path), "--prompt", "x")
+    assert out.returncode == 2 and "config.json is missing" in out.stderr
     out = _run("generate", "--prompt", "x", "--set", "tempreature=1")
     assert out.returncode == 2 and "unknown sampler option(s) ['tempreature']" in out.stderr
     out = _run("generate", "--prompt", "x", "--preset", "nope")
