@@ -62,7 +62,7 @@ steps = ["--steps", "30"] if SMALL else []
 print("small size:", SMALL)
 
 
-def jaxdllm(*args):
+def jaxdllm_cli(*args):
     """Run a `jaxdllm` command and show its output (the same as `!jaxdllm ...` in a cell)."""
     result = subprocess.run([sys.executable, "-m", "jaxdllm.cli", *args], capture_output=True, text=True)
     print(result.stdout[-3000:])
@@ -76,7 +76,7 @@ def jaxdllm(*args):
 # checker, and only the right ones are kept (batched, resumable, sharded over the data axes).
 
 # %%
-jaxdllm("distill", "generate", RECIPE, "--out", str(RUN / "teacher.jsonl"), "--no-progress", *size)
+jaxdllm_cli("distill", "generate", RECIPE, "--out", str(RUN / "teacher.jsonl"), "--no-progress", *size)
 print(open(RUN / "teacher.jsonl").readline()[:300])
 
 # %% [markdown]
@@ -85,7 +85,7 @@ print(open(RUN / "teacher.jsonl").readline()[:300])
 # the entropy of the predictions that are already right (temperature 0.5, weight 2).
 
 # %%
-jaxdllm("train", RECIPE, "--workdir", str(RUN), "--export", str(RUN / "model"), *steps,
+jaxdllm_cli("train", RECIPE, "--workdir", str(RUN), "--export", str(RUN / "model"), *steps,
         "--set", f"data.path={RUN / 'teacher.jsonl'}", "--set", "log.progress=false", "--set", "log.every=5")
 metrics = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().splitlines()]
 print({k: round(v, 4) for k, v in metrics[-1].items() if isinstance(v, float)})
@@ -98,7 +98,7 @@ print({k: round(v, 4) for k, v in metrics[-1].items() if isinstance(v, float)})
 tasks, n = ("copy,sort,add,perm", "50") if SMALL else ("suite", "200")
 sweep = "entropy_threshold=0.1,0.2,0.35,0.5"
 for name, model in (("before", "tasks-llada-small"), ("after", str(RUN / "model"))):
-    jaxdllm("eval", "--model", model, "--preset", "dparallel", "--sweep", sweep, "--tasks", tasks, "--n", n,
+    jaxdllm_cli("eval", "--model", model, "--preset", "dparallel", "--sweep", sweep, "--tasks", tasks, "--n", n,
             "--out", str(RUN / f"eval-{name}"), "--no-progress")
 
 # %%

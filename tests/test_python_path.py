@@ -144,14 +144,13 @@ def _valid(tok, out, prompts):
     return [get_task(task).check(prompt, answer) for (task, prompt), answer in zip(prompts.items(), tok.answers(out))]
 
 
-def test_every_diffusion_preset_decodes_the_shipped_model_at_its_length(llada):
-    """Each preset, rescaled to the checkpoint's 16 tokens, decodes the README's single-answer
-    prompts to their right answers (one-answer tasks: every sampler of the card gets them)."""
-    model, tok, defaults = llada
-    batch = tok(list(PROMPTS.values()))
+def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
+    """Each preset, rescaled to the checkpoint's length (16 tokens for the diffusion model, 32 for
+    the causal one), decodes the README's single-answer prompts to their right answers (one-answer
+    tasks: every sampler of the cards gets them)."""
     for name, published in SAMPLER_PRESETS.items():
-        if published.policy.method != "diffusion":
-            continue
+        model, tok, defaults = llada if published.policy.method == "diffusion" else qwen
+        batch = tok(list(PROMPTS.values()))
         out = jaxdllm.generate(model, batch.ids, SamplerConfig.preset(name, gen_length=defaults.gen_length),
                                attention_mask=batch.mask)
         assert tok.answers(out) == ANSWERS, name
