@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=COLAB, help="where the executed .ipynb files go")
     parser.add_argument("--cwd", type=Path, default=ROOT, help="the kernel's working folder (default: the repository root)")
     args = parser.parse_args(argv)
+    from jaxdllm.extras import exit_if_missing
+
+    exit_if_missing(("jupytext", "nbformat", "nbclient"), "notebooks", "colab/run_notebooks.py")
     for source in notebook_sources(args.prefixes):
         target, seconds = execute(source, args.out, cwd=args.cwd.resolve())
         print(f"{source.name}: {seconds:.0f} s -> {target}", flush=True)

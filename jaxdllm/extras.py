@@ -21,7 +21,7 @@ class MissingExtraError(ConfigError, ImportError):
 
 
 def missing_extra_message(module: str, extra: str, purpose: str) -> str:
-    return f"{purpose} needs {module}, which is not installed: pip install -e \".[{extra}]\" (or pip install {module})"
+    return f"{purpose} needs {module}, which is not installed: pip install -e \".[{extra}]\""
 
 
 def require(module: str, extra: str, purpose: str) -> ModuleType:
