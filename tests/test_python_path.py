@@ -227,6 +227,8 @@ def test_text_round_trip_through_the_sampler(llada, qwen):
                            attention_mask=batch.mask)
     assert out.prompt_len == batch.ids.shape[1] and out.generated.shape == (3, defaults.gen_length)
     assert tok.answers(out) == ANSWERS
+    whole = jaxdllm.generate(model, batch, defaults.replace(policy="threshold", threshold=0.9))  # the batch as is
+    assert np.array_equal(whole.tokens, out.tokens)
     model, tok, defaults = qwen
     batch = tok(list(PROMPTS.values()) + ["reverse 3141592653589="])
     out = jaxdllm.generate(model, batch.ids, defaults, attention_mask=batch.mask)

@@ -176,6 +176,9 @@ class Sampler:
     def _run(self, driver, input_ids, config, attention_mask, key, learned_filter) -> GenerateResult:
         if not isinstance(config, SamplerConfig):
             raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+        if hasattr(input_ids, "ids") and hasattr(input_ids, "mask"):  # a tokenizer's TokenBatch
+            attention_mask = input_ids.mask if attention_mask is None else attention_mask
+            input_ids = input_ids.ids
         p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
         filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
         with _decoding_mesh(self._mesh):
@@ -190,7 +193,8 @@ class Sampler:
         """Decode `gen_length` tokens after each prompt in one compiled call.
 
         Args:
-          input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
+          input_ids: `[B, Lp]` prompts, left-padded where lengths differ, or a `TokenBatch` from
+            calling the tokenizer (its mask is the attention mask).
           config: a `SamplerConfig` (see `SamplerConfig.preset`).
           attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
           key: PRNG key for sampling, random remasking and draft initialisation (default `PRNGKey(0)`).
@@ -235,7 +239,7 @@ def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, ke
     Args:
       model: a `Transformer`: diffusion (bidirectional: LLaDA, Dream; block-causal: block
         diffusion, Fast-dLLM v2) with a `mask_token_id`, or causal for `policy="jacobi"`.
-      input_ids: `[B, Lp]` prompts, left-padded where lengths differ.
+      input_ids: `[B, Lp]` prompts, left-padded where lengths differ, or the tokenizer's `TokenBatch`.
       config: a `SamplerConfig`.
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding.
 
