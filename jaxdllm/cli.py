@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from jaxdllm.models.config import DTYPES
-from jaxdllm.shipped import checkpoint_dir
+from jaxdllm.shipped import checkpoint_dir, shipped_checkpoint
 
 
 def _parse_value(text: str):
@@ -58,7 +58,8 @@ def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
 
 
 DEFAULT_MODEL_NAME = "tasks-llada-small"
-DEFAULT_MODEL = checkpoint_dir(DEFAULT_MODEL_NAME)  # shipped in checkpoints/ (see jaxdllm.shipped)
+# The shipped folder, whatever the working folder holds (see jaxdllm.shipped).
+DEFAULT_MODEL = shipped_checkpoint(DEFAULT_MODEL_NAME) or Path("checkpoints") / DEFAULT_MODEL_NAME
 
 
 def _model_dir(args) -> Path:
@@ -158,17 +159,15 @@ def _eval_samplers(args, model_dir: Path) -> dict:
         return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
                 "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
     sets = parse_sets(args.set)
+    if args.gen_length is not None:
+        if "gen_length" in sets and sets["gen_length"] != args.gen_length:
+            raise ConfigError("--gen-length and --set gen_length disagree: keep one")
+        sets["gen_length"] = args.gen_length
     clash = sorted(set(sets) & set(sweep))
     if clash:
-        raise ConfigError(f"{clash[0]} is both set (--set) and swept (--sweep): keep one")
-    if args.gen_length is not None:  # the checkpoint's block length and steps rescaled to the new length
-        given = {k: v for k, v in {**sets, **sweep}.items() if k in ("block_length", "steps")}
-        sized = SamplerConfig.preset(preset, **defaults).resized(args.gen_length, **{k: v for k, v in given.items()
-                                                                                    if not isinstance(v, list)})
-        defaults = {**defaults, "gen_length": sized.gen_length, "block_length": sized.block_length, "steps": sized.steps}
-    overrides = {k: v for k, v in defaults.items() if k not in sweep}
-    overrides.update(sets)
-    return sampler_settings(args.preset, overrides, sweep)
+        raise ConfigError(f"{clash[0]} is both set (--set, --gen-length) and swept (--sweep): keep one")
+    # the checkpoint's settings come first; a new gen_length rescales its block length and steps
+    return sampler_settings(args.preset, sets, sweep, base=defaults)
 
 
 def _eval(args) -> int:
@@ -287,8 +286,9 @@ def _distill_generate(args) -> int:
     import jax
 
     from jaxdllm.checkpoint.hf_config import read_config_json
-    from jaxdllm.checkpoint.hf_io import from_pretrained, read_sampler_defaults
+    from jaxdllm.checkpoint.hf_io import from_pretrained
     from jaxdllm.errors import ConfigError
+    from jaxdllm.pretrained import sampler_defaults
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.train.distill import generate_answers, load_prompts
     from jaxdllm.train.setup import make_training_mesh
@@ -305,7 +305,8 @@ def _distill_generate(args) -> int:
     out = args.out or section.out
     teacher = checkpoint_dir(teacher)  # a folder, or a shipped checkpoint's name
     read_config_json(teacher)  # a missing teacher fails first
-    sampler = section.sampler_config(read_sampler_defaults(teacher))  # bad settings fail before loading
+    section.sampler_config()  # names an unknown [distill] sampler key
+    sampler = sampler_defaults(teacher, section.preset, **section.sampler)  # bad settings fail before loading
     examples = load_prompts(section)
     mesh = make_training_mesh(config.mesh)
     model = from_pretrained(teacher, dtype=section.dtype, mesh=mesh)

@@ -6,8 +6,9 @@ settings in one call, by folder or by shipped name.
     out = jaxdllm.generate(model, batch.ids, defaults, attention_mask=batch.mask)
     tok.answers(out)                                           # ["1284", "13579"]
 
-`sampler_defaults` is the one place where a checkpoint's sampler settings are decided; the
-command line (`jaxdllm generate`, `jaxdllm eval`) and the lm-eval model use it too.
+`sampler_defaults` (with `checkpoint_settings`) is the one place where a checkpoint's sampler
+defaults are decided; the command line (`generate`, `eval --preset`, `distill`) and the lm-eval
+model use it too.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
 def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
     """What the checkpoint's card measured for `config`'s cache, when it flags that cache
     (`cache_notes` in `jaxdllm_sampler.json`; e.g. approximate caches that lose accuracy on a
-    short one-block canvas); None otherwise."""
+    short one-block canvas); None otherwise, and None for a cache refreshed every step (exact)."""
+    if getattr(config.cache, "refresh_every_step", False):
+        return None
     return read_cache_notes(checkpoint_dir(path)).get(config.cache.name)
 
 

@@ -10,13 +10,15 @@ only when the process starts there; these functions resolve them from anywhere:
     checkpoint_dir("/models/LLaDA-8B-Instruct")            # any existing folder, unchanged
     recipe_path("tasks_tiny_cpu")                          # training/tasks_tiny_cpu.toml
 
-An existing path always wins over a shipped name. `$JAXDLLM_ROOT` names another copy of the
-repository (a wheel install has no `checkpoints/`).
+An existing path always wins over a shipped name. `$JAXDLLM_ROOT` names a copy of the
+repository that is searched first (a wheel install has no `checkpoints/` of its own); each of
+`checkpoints/` and `training/` comes from the first root that has it.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from jaxdllm.errors import ConfigError
@@ -24,42 +26,58 @@ from jaxdllm.errors import ConfigError
 ROOT_ENV = "JAXDLLM_ROOT"
 
 
-def repository_root() -> Path | None:
-    """The folder holding `checkpoints/` and `training/`: `$JAXDLLM_ROOT`, else the source checkout
-    this package was imported from; None when neither has them (a wheel install)."""
-    candidates = [Path(os.environ[ROOT_ENV]).expanduser()] if os.environ.get(ROOT_ENV) else []
-    candidates.append(Path(__file__).resolve().parent.parent)
-    for root in candidates:
+def _roots() -> list[Path]:
+    roots = []
+    if os.environ.get(ROOT_ENV):
+        root = Path(os.environ[ROOT_ENV]).expanduser()
         if (root / "checkpoints").is_dir() or (root / "training").is_dir():
-            return root
-    return None
+            roots.append(root)
+        else:
+            warnings.warn(f"${ROOT_ENV}={root} has neither checkpoints/ nor training/; ignored")
+    return roots + [Path(__file__).resolve().parent.parent]
+
+
+def shipped_folder(folder: str) -> Path | None:
+    """The shipped `checkpoints` or `training` folder: from `$JAXDLLM_ROOT` if it has one, else
+    from the source checkout this package was imported from; None in a wheel install."""
+    return next((root / folder for root in _roots() if (root / folder).is_dir()), None)
+
+
+def repository_root() -> Path | None:
+    """The repository this package was imported from (or `$JAXDLLM_ROOT`): the parent of the
+    shipped `checkpoints/` or `training/`; None when there is neither (a wheel install)."""
+    folder = shipped_folder("checkpoints") or shipped_folder("training")
+    return None if folder is None else folder.parent
 
 
 def shipped_checkpoints() -> list[str]:
     """Names of the shipped checkpoints (folders of `checkpoints/` with a `config.json`)."""
-    root = repository_root()
-    if root is None:
-        return []
-    return sorted(p.name for p in (root / "checkpoints").glob("*") if (p / "config.json").is_file())
+    folder = shipped_folder("checkpoints")
+    return [] if folder is None else sorted(p.name for p in folder.glob("*") if (p / "config.json").is_file())
 
 
 def shipped_recipes() -> list[str]:
     """Names of the shipped recipes (`training/*.toml`, without the suffix)."""
-    root = repository_root()
-    return [] if root is None else sorted(p.stem for p in (root / "training").glob("*.toml"))
+    folder = shipped_folder("training")
+    return [] if folder is None else sorted(p.stem for p in folder.glob("*.toml"))
+
+
+def shipped_checkpoint(name: str) -> Path | None:
+    """A shipped checkpoint's folder by name, whatever the working folder holds; None if absent."""
+    return _shipped(name, "checkpoints")
 
 
 def _shipped(reference: str, folder: str, suffix: str = "") -> Path | None:
     """`reference` as `NAME` or `folder/NAME` (with or without `suffix`) inside the repository."""
-    root = repository_root()
-    if root is None:
+    base = shipped_folder(folder)
+    if base is None:
         return None
     name = Path(reference)
     if len(name.parts) == 2 and name.parts[0] == folder:
         name = Path(name.parts[1])
     if len(name.parts) != 1:
         return None
-    for candidate in (root / folder / name, root / folder / f"{name}{suffix}"):
+    for candidate in (base / name, base / f"{name}{suffix}"):
         if candidate.exists():
             return candidate
     return None

@@ -180,15 +180,16 @@ class Tokenizer:
         Args:
           generated: a `GenerateResult` (its prompts are cut off), or `[B, G]` generated ids,
             or `[B, Lp + G]` ids with `prompt_len` = Lp.
-          prompt_len: columns of prompt to skip in an array.
+          prompt_len: columns of prompt to skip (default: none for an array, the result's own
+            `prompt_len` for a `GenerateResult`).
 
         Returns:
           B strings.
         """
-        if hasattr(generated, "generated"):
+        if hasattr(generated, "generated") and prompt_len is None:
             rows = np.asarray(generated.generated)
         else:
-            rows = np.asarray(generated)[:, prompt_len or 0:]
+            rows = np.asarray(getattr(generated, "tokens", generated))[:, prompt_len or 0:]
         if rows.ndim != 2:
             raise DataError(f"answers takes [B, G] ids or a GenerateResult, got shape {rows.shape}")
         out = []

@@ -103,6 +103,27 @@ def test_a_checkpoint_without_defaults_gets_a_length_that_fits(tmp_path):
     assert config.gen_length == 32 and config.gen_length % config.block_length == 0 and config.steps <= 32
 
 
+def test_eval_settings_rescale_a_new_length_however_it_is_given():
+    from jaxdllm.cli import _eval_samplers, build_parser
+
+    model_dir = jaxdllm.checkpoint_dir("tasks-llada-small")
+    shapes = []
+    for flags in (["--gen-length", "32"], ["--set", "gen_length=32"], ["--sweep", "gen_length=8,32"]):
+        args = build_parser().parse_args(["eval", "--preset", "llada", *flags])
+        shapes.append({k: (c.gen_length, c.block_length, c.steps) for k, c in _eval_samplers(args, model_dir).items()})
+    assert list(shapes[0].values()) == list(shapes[1].values()) == [(32, 32, 32)]  # one block, one token per step
+    assert list(shapes[2].values()) == [(8, 8, 8), (32, 32, 32)]
+
+
+def test_the_default_model_is_the_shipped_one_whatever_the_working_folder_holds(tmp_path):
+    (tmp_path / "tasks-llada-small").mkdir()  # a folder of the same name where the command runs
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--prompt", "reverse 4821="],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "1284", out.stderr
+
+
 def test_the_command_line_decodes_a_causal_checkpoint_with_jacobi_without_flags(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
     env.pop("XLA_FLAGS", None)
@@ -131,6 +152,14 @@ def test_every_preset_rescales_to_a_coherent_config(gen):
         assert config.steps % config.num_blocks == 0
 
 
+def test_resizing_keeps_a_jacobi_window_and_a_checkpoints_one_block():
+    jacobi = SamplerConfig.preset("jacobi", gen_length=8)  # window 8 == G
+    assert jacobi.resized(64).block_length == 8  # the draft window stays; it is not a canvas block
+    one_block = SamplerConfig.preset("llada", gen_length=16)
+    assert (one_block.resized(64).block_length, one_block.resized(64).steps) == (64, 64)
+    assert SamplerConfig.preset("llada").resized(64).block_length == 32  # the published block
+
+
 def test_an_incoherent_combination_names_the_setting_to_pass():
     with pytest.raises(ConfigError, match=r"pass block_length= one of \[1, 2, 4, 5, 10, 20\]"):
         SamplerConfig.preset("llada", gen_length=20, block_length=8)
@@ -138,6 +167,8 @@ def test_an_incoherent_combination_names_the_setting_to_pass():
         SamplerConfig.preset("llada", gen_length=16, block_length=4, steps=7)
     with pytest.raises(ConfigError, match="pass steps=16 or fewer"):
         SamplerConfig.preset("llada", gen_length=16, steps=32)
+    with pytest.raises(ConfigError, match="pass steps=16$"):  # a suggestion that is itself valid
+        SamplerConfig.preset("llada", gen_length=16, block_length=4, steps=30)
 
 
 def _valid(tok, out, prompts):
@@ -173,6 +204,8 @@ def test_cached_presets_are_flagged_where_the_card_measured_them_failing(llada):
         out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)
         assert not any(_valid(tok, out, prompts)), tok.answers(out)  # '3333333' and '222', as in the card
     assert jaxdllm.pretrained.cache_note(path, SamplerConfig.preset("fast-dllm-parallel", gen_length=16)) is None
+    refreshed = SamplerConfig.preset("fast-dllm-dual", gen_length=16, cache_refresh_every_step=True)
+    assert jaxdllm.pretrained.cache_note(path, refreshed) is None  # exact again: nothing to warn about
 
 
 def test_generate_and_eval_warn_on_a_flagged_cache(tmp_path):

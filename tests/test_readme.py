@@ -71,4 +71,4 @@ def test_readme_python_blocks_run(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     out = result.stdout
     assert "['1284', '13579'] [16 16]" in out and "['1284', '13579'] [1 1]" in out
-    assert "['9853562951413'] [2]" in out and "[14]" in out
+    assert "['9853562951413'] [2]" in out and "\n[14]\n" in out

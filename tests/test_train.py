@@ -179,6 +179,18 @@ def test_fine_tune_from_an_exported_checkpoint(tmp_path):
     assert math.isfinite(tuned.train()[-1]["loss"])
 
 
+def test_a_fine_tuned_export_keeps_the_sampler_lengths_but_not_the_parents_cache_notes(tmp_path):
+    """`cache_notes` were measured on the parent's weights; the lengths still suit the model."""
+    first = Trainer(recipe(train={"steps": 1}), mesh=one_device())
+    out = first.export(tmp_path / "base")
+    settings = {"gen_length": 16, "block_length": 16, "steps": 16, "cache_notes": {"dual": "fails on the parent"}}
+    (out / "jaxdllm_sampler.json").write_text(json.dumps(settings))
+    config = TrainConfig.from_dict({**recipe(train={"steps": 1}).to_dict(), "model": {"init_from": str(out)}})
+    tuned = Trainer(config, mesh=one_device())
+    copied = json.loads((tuned.export(tmp_path / "tuned") / "jaxdllm_sampler.json").read_text())
+    assert copied == {"gen_length": 16, "block_length": 16, "steps": 16}
+
+
 def test_scanned_layers_with_remat_train_like_the_unrolled_model():
     """LoRA adapters stacked with their scanned kernels, remat on: the same losses, adapters and
     merged weights as the unrolled model (the adapters start from the same key either way)."""

@@ -192,10 +192,10 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     policy = out.get("policy", base.policy)
     method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
     if "block_length" not in out:
-        if base.block_length >= base.gen_length:
-            out["block_length"] = gen
-        elif method == "jacobi":
+        if method == "jacobi":  # the draft window, not a block of the canvas
             out["block_length"] = min(base.block_length, gen)
+        elif base.block_length >= base.gen_length:
+            out["block_length"] = gen
         else:
             out["block_length"] = max(d for d in range(1, min(base.block_length, gen) + 1) if gen % d == 0)
     block = out["block_length"]

@@ -202,7 +202,8 @@ class Sampler:
             block_length]` top-1 probabilities to accept logits of the same shape.
 
         Returns:
-          `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
+          `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
+          prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
         """
         return self._run(decode, input_ids, config, attention_mask, key, learned_filter)
 
@@ -244,7 +245,8 @@ def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, ke
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding.
 
     Returns:
-      `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps)`.
+      `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
+      prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
     """
     return Sampler(model)(input_ids, config, attention_mask, key=key, learned_filter=learned_filter)
 

@@ -27,12 +27,16 @@ def _value_text(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def sampler_settings(preset: str, overrides: dict | None = None, sweep: dict | None = None) -> dict[str, SamplerConfig]:
+def sampler_settings(preset: str, overrides: dict | None = None, sweep: dict | None = None,
+                     base: dict | None = None) -> dict[str, SamplerConfig]:
     """`{label: SamplerConfig}`: `preset` with `overrides`, once per point of the `sweep` product.
 
     `sweep` maps a setting to its values (`{"threshold": [0.5, 0.9]}`); labels name the preset
-    and the swept values (`"fast-dllm-parallel threshold=0.5"`). Every config is built (and so
-    validated) here, before any model is loaded.
+    and the swept values (`"fast-dllm-parallel threshold=0.5"`). `base` holds settings that come
+    before both (a checkpoint's defaults, `jaxdllm.pretrained.checkpoint_settings`): a
+    `gen_length` in `overrides` or the sweep rescales their block length and steps
+    (`SamplerConfig.resized`). Every config is built (and so validated) here, before any model
+    is loaded.
     """
     overrides = dict(overrides or {})
     sweep = dict(sweep or {})
@@ -44,11 +48,13 @@ def sampler_settings(preset: str, overrides: dict | None = None, sweep: dict | N
     unknown = sorted((set(overrides) | set(sweep)) - set(SamplerConfig.option_names()))
     if unknown:
         raise ConfigError(f"unknown sampler option(s) {unknown}; options: {list(SamplerConfig.option_names())}")
+    start = SamplerConfig.preset(preset, **(base or {}))
     out = {}
     for point in itertools.product(*sweep.values()):
         chosen = dict(zip(sweep, point))
         label = " ".join([preset] + [f"{k}={_value_text(v)}" for k, v in chosen.items()])
-        out[label] = SamplerConfig.preset(preset, **overrides, **chosen)
+        changes = {**overrides, **chosen}
+        out[label] = start.resized(**changes) if "gen_length" in changes else start.replace(**changes)
     return out
 
 

@@ -25,20 +25,24 @@ from __future__ import annotations
 
 import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
-from tqdm.auto import tqdm
+from jaxdllm.extras import require
 
-from jaxdllm.checkpoint.hf_io import from_pretrained
-from jaxdllm.pretrained import sampler_defaults
-from jaxdllm.decoding import SamplerConfig, generate
-from jaxdllm.errors import ConfigError
-from jaxdllm.eval.runner import decode_rows
-from jaxdllm.models.transformer import align_logits
-from jaxdllm.tokenizer import Tokenizer
+require("lm_eval", "eval", "jaxdllm's lm-evaluation-harness model (jaxdllm.eval.harness)")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from lm_eval.api.model import LM  # noqa: E402
+from lm_eval.api.registry import register_model  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from jaxdllm.checkpoint.hf_io import from_pretrained  # noqa: E402
+from jaxdllm.decoding import SamplerConfig, generate  # noqa: E402
+from jaxdllm.errors import ConfigError  # noqa: E402
+from jaxdllm.eval.runner import decode_rows  # noqa: E402
+from jaxdllm.models.transformer import align_logits  # noqa: E402
+from jaxdllm.pretrained import sampler_defaults  # noqa: E402
+from jaxdllm.tokenizer import Tokenizer  # noqa: E402
 
 _LM_EVAL_KEYS = {"device", "max_batch_size"}  # lm-eval passes these to every model
 

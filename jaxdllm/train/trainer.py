@@ -20,7 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdllm import sharding as shd
-from jaxdllm.checkpoint.hf_io import SAMPLER_DEFAULTS_FILE
+from jaxdllm.checkpoint.hf_io import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError
@@ -250,5 +250,10 @@ class Trainer:
             defaults = sampler_defaults(self.model_config, self.config.data.seq_len)
             if defaults:
                 (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))
+        copied = Path(out) / SAMPLER_DEFAULTS_FILE
+        if copy_from is not None and jax.process_index() == 0 and copied.is_file():
+            settings = json.loads(copied.read_text())
+            if settings.pop(CACHE_NOTES_KEY, None) is not None:  # measured on the parent's weights, not these
+                copied.write_text(json.dumps(settings, indent=1) + "\n")
         return Path(out)
 

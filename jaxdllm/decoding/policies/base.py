@@ -96,7 +96,8 @@ class Policy(Settings):
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""
         if self.scheduled:
             if config.steps % config.num_blocks:
-                fit = max(config.num_blocks, config.steps // config.num_blocks * config.num_blocks)
+                fit = max(config.num_blocks, min(config.steps, config.gen_length) // config.num_blocks
+                          * config.num_blocks)
                 raise ConfigError(f"steps ({config.steps}) must be a multiple of the number of blocks "
                                   f"(gen_length / block_length = {config.num_blocks}): pass steps={fit}")
             if config.steps > config.gen_length:
