@@ -165,7 +165,8 @@ def _eval_samplers(args, model_dir: Path) -> dict:
         sets["gen_length"] = args.gen_length
     clash = sorted(set(sets) & set(sweep))
     if clash:
-        raise ConfigError(f"{clash[0]} is both set (--set, --gen-length) and swept (--sweep): keep one")
+        flag = "--gen-length" if clash[0] == "gen_length" and args.gen_length is not None else "--set"
+        raise ConfigError(f"{clash[0]} is both set ({flag}) and swept (--sweep): keep one")
     # the checkpoint's settings come first; a new gen_length rescales its block length and steps
     return sampler_settings(args.preset, sets, sweep, base=defaults)
 
