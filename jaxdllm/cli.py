@@ -171,6 +171,15 @@ def _eval_samplers(args, model_dir: Path) -> dict:
     return sampler_settings(args.preset, sets, sweep, base=defaults)
 
 
+def default_eval_dir(model_dir: Path) -> Path:
+    """`runs/eval/<model folder name>-<8 hex of its full path>`: two models both called `model`
+    (in different folders) do not share one results folder."""
+    import hashlib
+
+    where = str(model_dir.resolve())
+    return Path("runs") / "eval" / f"{model_dir.resolve().name}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+
+
 def _eval(args) -> int:
     from jaxdllm.checkpoint import from_pretrained
     from jaxdllm.errors import ConfigError
@@ -190,7 +199,7 @@ def _eval(args) -> int:
     model_dir = _model_dir(args)
     samplers = _eval_samplers(args, model_dir)
     _warn_cache_notes(model_dir, list(samplers.values()))
-    out = Path(args.out) if args.out else Path("runs") / "eval" / model_dir.resolve().name
+    out = Path(args.out) if args.out else default_eval_dir(model_dir)
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
@@ -337,6 +346,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxdllm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("generate", help="decode a prompt with a diffusion LLM")
     p.add_argument("--model", default=None,
@@ -377,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gsm8k-dir", dest="gsm8k_dir", default=None,
                    help="directory with GSM8K's test.jsonl (default: $JAXDLLM_GSM8K_DIR, else the shipped copy)")
     p.add_argument("--out", help="results directory: eval.json, pareto.png, items.jsonl (a rerun resumes); "
-                                 "default runs/eval/<model name>")
+                                 "default runs/eval/<model name>-<hash of its path>")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
     p = sub.add_parser("inspect", help="show a checkpoint's config and parameter count")
@@ -420,8 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
 COMPILING_COMMANDS = ("generate", "eval", "train", "distill")
 
 
+RESUMES = {"train": "the same command resumes from the last checkpoint",
+           "eval": "the same command resumes after the last finished batch",
+           "distill": "the same command resumes after the last finished batch"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    from jaxdllm.errors import CheckpointError, ConfigError, DataError, TrainingError
+    """Run the command line; exit codes: 0 done, 2 an error the user can fix (one line on stderr;
+    `--debug` shows the traceback), 130 interrupted (Ctrl-C)."""
+    from jaxdllm.errors import JaxdllmError
 
     args = build_parser().parse_args(argv)
 
@@ -435,9 +452,17 @@ def main(argv: list[str] | None = None) -> int:
         enable_compilation_cache()
     try:
         return args.func(args)
-    except (CheckpointError, ConfigError, DataError, TrainingError) as e:
+    except JaxdllmError as e:
+        if args.debug:
+            raise
         print(f"jaxdllm {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        after = RESUMES.get(args.command)
+        print(f"jaxdllm {args.command}: interrupted" + (f"; {after}" if after else ""), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,20 +1,36 @@
 """Every error jaxdllm raises on purpose (the shared validators are in `jaxdllm.validation`).
 
-Each error's message says what to change; the command line prints it as one line and exits 2.
+All of them derive from `JaxdllmError` and from the built-in type they replace (`ValueError`,
+`TypeError`, `RuntimeError`), so `except ValueError` keeps working. Each message says what was
+seen and what to change; the command line prints it as one line and exits 2 (`--debug` shows the
+traceback).
 """
 
 from __future__ import annotations
 
 
-class ConfigError(ValueError):
+class JaxdllmError(Exception):
+    """Base of every error a user's input or environment can cause; the command line catches it."""
+
+
+class ConfigError(JaxdllmError, ValueError):
     """A model, sampler or training configuration that cannot work; the message says what to change."""
 
 
-class CheckpointError(ValueError):
+class ConfigTypeError(JaxdllmError, TypeError):
+    """An argument of the wrong type (a dict where a `SamplerConfig` is expected, ...)."""
+
+
+class InputError(JaxdllmError, ValueError):
+    """Arrays passed to the library that cannot be used as given (shapes, dtypes, ids outside the
+    vocabulary, empty attention-mask rows); the message names the row or value."""
+
+
+class CheckpointError(JaxdllmError, ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file or tensor."""
 
 
-class DataError(ValueError):
+class DataError(JaxdllmError, ValueError):
     """A dataset that cannot be used; the message names the file, line or example and the fix."""
 
 
@@ -22,6 +38,5 @@ class DatasetNotFoundError(DataError, FileNotFoundError):
     """A dataset file or directory that does not exist (the message names the path)."""
 
 
-class TrainingError(RuntimeError):
+class TrainingError(JaxdllmError, RuntimeError):
     """Training cannot go on (a NaN loss, a checkpoint from another model)."""
-

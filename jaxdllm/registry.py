@@ -22,7 +22,7 @@ class Registry(dict, Generic[T]):
     def register(self, cls: type[T]) -> type[T]:
         """Add `cls` under `cls.name`; returns `cls` (usable as a decorator)."""
         if not getattr(cls, "name", ""):
-            raise ValueError(f"{cls.__name__} needs a class attribute `name`")
+            raise ConfigError(f"{cls.__name__} needs a class attribute `name`")
         self[cls.name] = cls
         return cls
 

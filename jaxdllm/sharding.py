@@ -14,6 +14,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from jaxdllm.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -59,7 +61,7 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Me
     devices = jax.devices() if devices is None else list(devices)
     need = data * fsdp * tensor
     if need != len(devices):
-        raise ValueError(
+        raise ConfigError(
             f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = {need} devices, "
             f"but {len(devices)} are available")
     return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), MESH_AXES,
@@ -74,12 +76,12 @@ def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...]
     counts still load; a mesh axis is used at most once per array.
     """
     if len(logical_axes) != len(shape):
-        raise ValueError(f"logical axes {logical_axes} do not match shape {shape}")
+        raise ConfigError(f"logical axes {logical_axes} do not match shape {shape}")
     used: set[str] = set()
     spec = []
     for name, dim in zip(logical_axes, shape):
         if name is not None and name not in rules:
-            raise ValueError(f"no sharding rule for logical axis {name!r}; rules: {sorted(rules)}")
+            raise ConfigError(f"no sharding rule for logical axis {name!r}; rules: {sorted(rules)}")
         target = rules.get(name) if name is not None else None
         axes = () if target is None else ((target,) if isinstance(target, str) else tuple(target))
         axes = tuple(a for a in axes if a in mesh.shape and mesh.shape[a] > 1 and a not in used)

@@ -24,7 +24,7 @@ import jinja2.sandbox
 import numpy as np
 import tokenizers
 
-from jaxdllm.errors import CheckpointError, DataError
+from jaxdllm.errors import CheckpointError, ConfigError, DataError
 from jaxdllm.shipped import checkpoint_dir
 
 
@@ -205,7 +205,7 @@ class Tokenizer:
         Returns the prompt text, or its token ids (no extra special tokens) if `tokenize`.
         """
         if not self.chat_template:
-            raise ValueError("this tokenizer has no chat template (tokenizer_config.json has no "
+            raise ConfigError("this tokenizer has no chat template (tokenizer_config.json has no "
                              "chat_template and there is no chat_template.jinja)")
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])

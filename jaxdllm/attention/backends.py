@@ -30,6 +30,7 @@ from jaxdllm.attention.mask import MaskSpec
 from jaxdllm.attention.reference import reference_attention, xla_attention
 from jaxdllm.attention.tpu_splash import splash_attention
 from jaxdllm.attention.triton_flash import flash_attention
+from jaxdllm.errors import ConfigError
 
 Backend = Callable[..., jax.Array]
 
@@ -78,7 +79,7 @@ AUTO_FALLBACK = "reference"
 def register_backend(name: str, fn: Backend) -> None:
     """Make `fn` selectable as `attend(..., impl=name)` and `ModelConfig(attention_impl=name)`."""
     if name == "auto":
-        raise ValueError("'auto' is reserved: it picks a backend per platform (see AUTO)")
+        raise ConfigError("'auto' is reserved: it picks a backend per platform (see AUTO)")
     _BACKENDS[name] = fn
 
 
@@ -92,7 +93,7 @@ def resolve_impl(impl: str, backend: str | None = None, mask: MaskSpec | None = 
     """The registered backend `impl` names on platform `backend` (default: JAX's default backend)
     for a call with `mask`, `q` and `k` (the GPU's choice depends on them)."""
     if impl not in implementations():
-        raise ValueError(f"attention impl must be one of {implementations()}, got {impl!r}")
+        raise ConfigError(f"attention impl must be one of {implementations()}, got {impl!r}")
     platform = backend or jax.default_backend()
     if impl == "auto":
         choice = AUTO.get(platform, AUTO_FALLBACK)
@@ -111,7 +112,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     backend should accept `**options`.
     """
     if q.shape[2] % k.shape[2]:
-        raise ValueError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
+        raise ConfigError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
     return _BACKENDS[resolve_impl(impl, mask=mask, q=q, k=k)](q, k, v, mask, scale=scale, **options)
 
 
@@ -125,7 +126,7 @@ def cudnn_attention(q, k, v, mask, *, scale=None, **_tuning):
     """cuDNN's fused attention (`jax.nn.dot_product_attention`), for the calls `cudnn_can_run`
     accepts; every query sees a key there, so no row needs zeroing."""
     if not cudnn_can_run(mask, q, k):
-        raise ValueError("cudnn attention needs bf16/fp16, head_dim <= 128, a causal or no mask, no segment "
+        raise ConfigError("cudnn attention needs bf16/fp16, head_dim <= 128, a causal or no mask, no segment "
                          "ids and no query offset; use impl='pallas' or 'auto'")
     return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=mask.kind == "causal",
                                         implementation="cudnn")

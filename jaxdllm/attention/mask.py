@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdllm.errors import ConfigError
+
 MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing"]
 MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing")
@@ -60,9 +62,9 @@ class MaskSpec:
 
     def __post_init__(self):
         if self.kind not in MASK_KINDS:
-            raise ValueError(f"mask kind must be one of {MASK_KINDS}, got {self.kind!r}")
+            raise ConfigError(f"mask kind must be one of {MASK_KINDS}, got {self.kind!r}")
         if self.kind in _NEEDS_BLOCK and (self.block_size is None or self.block_size <= 0):
-            raise ValueError(f"mask kind {self.kind!r} needs a positive block_size")
+            raise ConfigError(f"mask kind {self.kind!r} needs a positive block_size")
 
     def replace(self, **changes) -> "MaskSpec":
         return dataclasses.replace(self, **changes)
@@ -78,11 +80,11 @@ class MaskSpec:
         """Raise `ValueError` unless `q [B, Lq, H, D]` and `k [B, Lk, Hkv, D]` suit this mask (every
         kernel checks the same)."""
         if q.shape[2] % k.shape[2]:
-            raise ValueError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
+            raise ConfigError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
         if self.kind == "block_diffusion" and k.shape[1] % 2:
-            raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {k.shape[1]}")
+            raise ConfigError(f"block_diffusion needs an even [x_t; x_0] length, got {k.shape[1]}")
         if (self.q_segment_ids is None) != (self.kv_segment_ids is None):
-            raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+            raise ConfigError("give both q_segment_ids and kv_segment_ids, or neither")
 
     # -- the rule, elementwise on broadcastable physical indices --------------------------------
     def visible(self, q_idx: jax.Array, k_idx: jax.Array) -> jax.Array:
@@ -99,7 +101,7 @@ class MaskSpec:
         if self.kind == "block_causal":
             return k_idx // bs <= q_idx // bs
         if self.kind == "block_diffusion":
-            raise ValueError("block_diffusion visibility needs the half length; use dense()")
+            raise ConfigError("block_diffusion visibility needs the half length; use dense()")
         # jacobi_forcing
         p = self.prefix_len
         q_prompt, k_prompt = q_idx < p, k_idx < p
@@ -133,7 +135,7 @@ class MaskSpec:
         k_idx = jnp.arange(kv_len, dtype=jnp.int32)[None, :]
         if self.kind == "block_diffusion":
             if kv_len % 2:
-                raise ValueError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
+                raise ConfigError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
             mask = self.visible_at(q_idx, k_idx, kv_len)[None]
         elif self.kind == "jacobi_forcing" and jnp.ndim(self.prefix_len) == 1:
             per_row = self.replace(prefix_len=jnp.asarray(self.prefix_len)[:, None, None])
@@ -142,10 +144,10 @@ class MaskSpec:
             mask = self.visible(q_idx, k_idx)[None]
         if self.q_segment_ids is not None or self.kv_segment_ids is not None:
             if self.q_segment_ids is None or self.kv_segment_ids is None:
-                raise ValueError("give both q_segment_ids and kv_segment_ids, or neither")
+                raise ConfigError("give both q_segment_ids and kv_segment_ids, or neither")
             qs, ks = jnp.asarray(self.q_segment_ids), jnp.asarray(self.kv_segment_ids)
             if qs.shape[-1] != q_len or ks.shape[-1] != kv_len:
-                raise ValueError(
+                raise ConfigError(
                     f"segment ids {qs.shape} / {ks.shape} do not match q_len {q_len} / kv_len {kv_len}")
             mask = mask & (qs[:, :, None] == ks[:, None, :])
         return mask

@@ -28,6 +28,7 @@ from jax.experimental import pallas as pl
 
 from jaxdllm.attention import tiles
 from jaxdllm.attention.mask import MaskSpec
+from jaxdllm.errors import ConfigError
 
 LOG2E = math.log2(math.e)
 _MAX_FLOOR = -0.7 * float(np.finfo(np.float32).max)
@@ -52,7 +53,7 @@ class BlockSizes:
         for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
-                raise ValueError(f"BlockSizes.{name} must be a power of two, got {value}")
+                raise ConfigError(f"BlockSizes.{name} must be a power of two, got {value}")
 
     def warps(self, bq: int, bk: int) -> int:
         return self.num_warps or (4 if bq * bk <= 64 * 64 else 8)

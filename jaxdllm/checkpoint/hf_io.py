@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -57,6 +58,14 @@ def _read_sampler_file(directory: str | Path) -> dict:
         raise CheckpointError(f"{path} must hold a JSON object of sampler settings "
                               f"(and {CACHE_NOTES_KEY!r}: an object from cache name to text)")
     return values
+
+
+def _readable_like_other_files(path: Path) -> None:
+    """safetensors writes 0600; give the file the mode any new file gets (0644 under umask 022),
+    as transformers' `save_pretrained` does, so other users and containers can read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
 
 
 def read_sampler_defaults(directory: str | Path) -> dict:
@@ -199,13 +208,13 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     config = config_from_hf(raw, where=str(directory / "config.json"))
     if dtype is not None:
         if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+            raise ConfigError(f"dtype must be one of {DTYPES}, got {dtype!r}")
         config = config.replace(param_dtype=dtype, dtype=dtype)
     if compute_dtype is not None:
         config = config.replace(dtype=compute_dtype)
     fixed = sorted(set(config_overrides) & CHECKPOINT_FIELDS)
     if fixed:
-        raise ValueError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
+        raise ConfigError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
                          "(use dtype= for the parameter dtype)")
     if config_overrides:
         config = config.replace(**config_overrides)
@@ -320,6 +329,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
             total += tensors[t.name].nbytes
         if writer:
             save_file(tensors, str(out / fname), metadata={"format": "pt"})
+            _readable_like_other_files(out / fname)
         del tensors
     if writer:
         if len(shards) > 1:

@@ -96,7 +96,7 @@ def _read(file: Path, *, limit: int | None = None, keep_calculator: bool = False
             record = parse_line(line, config)
             answer = extract_final_answer(record.response)
             if answer is None:
-                raise ValueError("the answer has no '#### <number>' line")
+                raise DataError("the answer has no '#### <number>' line")
         except ValueError as e:
             if config.on_error == "raise":
                 raise DataError(f"{file}:{number}: {e}") from None

@@ -80,20 +80,20 @@ def parse_line(line: str, config: JsonlConfig) -> Example:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+        raise DataError(f"invalid JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        raise DataError(f"expected a JSON object, got {type(data).__name__}")
     for key in (config.prompt_key, config.response_key):
         if key not in data:
-            raise ValueError(f"missing field {key!r} (fields: {sorted(data)})")
+            raise DataError(f"missing field {key!r} (fields: {sorted(data)})")
         if not isinstance(data[key], str):
-            raise ValueError(f"field {key!r} must be a string, got {type(data[key]).__name__}")
+            raise DataError(f"field {key!r} must be a string, got {type(data[key]).__name__}")
     task = data.get(config.task_key, config.default_task)
     answer = data.get(config.answer_key)
     if not isinstance(task, str):
-        raise ValueError(f"field {config.task_key!r} must be a string, got {type(task).__name__}")
+        raise DataError(f"field {config.task_key!r} must be a string, got {type(task).__name__}")
     if answer is not None and not isinstance(answer, (str, int, float)):
-        raise ValueError(f"field {config.answer_key!r} must be a string or number, got {type(answer).__name__}")
+        raise DataError(f"field {config.answer_key!r} must be a string or number, got {type(answer).__name__}")
     return Example(data[config.prompt_key], data[config.response_key], task,
                    None if answer is None else str(answer))
 

@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from jaxdllm.data.records import Example
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, DataError
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
 
@@ -117,7 +117,7 @@ class DigitListTask(Task):
         prefix = self._prefix()
         body = prompt[len(prefix):-1] if prompt.startswith(prefix) and prompt.endswith("=") else ""
         if not (body.isdigit() and body.isascii()):
-            raise ValueError(f"task {self.name!r} cannot read prompt {prompt!r}: expected "
+            raise DataError(f"task {self.name!r} cannot read prompt {prompt!r}: expected "
                              f"{self._make_prompt('<digits>')!r}")
         return body
 
@@ -282,7 +282,7 @@ class AdditionTask(Task):
     def check(self, prompt, response):
         match = re.fullmatch(r"(\d+)\+(\d+)=", prompt)
         if not match:
-            raise ValueError(f"task {self.name!r} cannot read prompt {prompt!r}: expected 'A+B='")
+            raise DataError(f"task {self.name!r} cannot read prompt {prompt!r}: expected 'A+B='")
         return response.strip() == str(int(match[1]) + int(match[2]))
 
 

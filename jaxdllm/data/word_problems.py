@@ -33,7 +33,7 @@ from typing import ClassVar
 
 from jaxdllm.data.answers import extract_final_answer, same_number
 from jaxdllm.data.tasks import Task, register_task
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, DataError
 
 NAMES = ("ann", "bob", "eve", "tom", "sam", "max", "liz", "ben", "kim", "joe")
 ITEMS = ("pens", "eggs", "cards", "books", "cups", "hats")
@@ -158,7 +158,7 @@ class WordProblemTask(Task):
             if match:
                 fields = match.groupdict()
                 return template, {k: (v if k in ("A", "B", "it") else int(v)) for k, v in fields.items()}
-        raise ValueError(f"task {self.name!r} cannot read prompt {prompt!r}: it matches none of the "
+        raise DataError(f"task {self.name!r} cannot read prompt {prompt!r}: it matches none of the "
                          f"templates {[t.key for t in self.templates]}")
 
     def solutions(self, prompt: str) -> frozenset[str]:

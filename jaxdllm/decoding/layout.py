@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdllm.attention import MaskSpec
+from jaxdllm.errors import InputError
 
 
 class Layout(NamedTuple):
@@ -90,10 +91,10 @@ def prepare_prompts(input_ids, attention_mask, bucket: int, pad_id: int):
     """
     ids = np.asarray(input_ids, np.int32)
     if ids.ndim != 2:
-        raise ValueError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
+        raise InputError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
     mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     if mask.shape != ids.shape:
-        raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+        raise InputError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
     extra = -ids.shape[1] % bucket
     return (np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id), np.pad(mask, ((0, 0), (extra, 0))), extra)
 

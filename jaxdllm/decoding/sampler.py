@@ -26,7 +26,7 @@ from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, ConfigTypeError
 
 
 class GenerateResult(NamedTuple):
@@ -159,10 +159,10 @@ class Sampler:
         """Replace the parameters: same tree, shapes and dtypes; placed like the current ones."""
         old, new = jax.tree.leaves(self._params), jax.tree.leaves(state)
         if jax.tree.structure(self._params) != jax.tree.structure(state):
-            raise ValueError("new params must have the same tree structure as the model's")
+            raise ConfigError("new params must have the same tree structure as the model's")
         for a, b in zip(old, new):
             if a.shape != b.shape or a.dtype != b.dtype:
-                raise ValueError(f"new params must keep shapes and dtypes: {b.shape} {b.dtype} vs {a.shape} {a.dtype}")
+                raise ConfigError(f"new params must keep shapes and dtypes: {b.shape} {b.dtype} vs {a.shape} {a.dtype}")
         self._params = jax.device_put(state, jax.tree.map(lambda x: x.sharding, self._params))
 
     # -- decoding ----------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Sampler:
 
     def _run(self, driver, input_ids, config, attention_mask, key, learned_filter) -> GenerateResult:
         if not isinstance(config, SamplerConfig):
-            raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+            raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
         if hasattr(input_ids, "ids") and hasattr(input_ids, "mask"):  # a tokenizer's TokenBatch
             attention_mask = input_ids.mask if attention_mask is None else attention_mask
             input_ids = input_ids.ids

@@ -34,7 +34,7 @@ import numpy as np
 
 from jaxdllm.data.batching import TokenizedExample
 from jaxdllm.data.jsonl import iter_jsonl_lines
-from jaxdllm.errors import DataError
+from jaxdllm.errors import ConfigError, DataError
 
 SELECTIONS = ("progressive", "one_state")
 
@@ -136,7 +136,7 @@ def trajectory_examples(trajectories: Sequence[Trajectory], n: int, *, selection
     """Packed training rows (`pack`), one per trajectory, noisy blocks chosen by `selection`
     (`"progressive"` or `"one_state"`); draws are seeded by `seed` and the trajectory's index."""
     if selection not in SELECTIONS:
-        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        raise ConfigError(f"selection must be one of {SELECTIONS}, got {selection!r}")
     out = []
     for i, t in enumerate(trajectories):
         rng = np.random.default_rng([seed, i])

@@ -294,7 +294,7 @@ def _records(path: str | os.PathLike) -> list[dict]:
             record = json.loads(line)
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str) \
                     or not isinstance(record.get("answer"), str):
-                raise ValueError("expected an object with string fields 'prompt' and 'answer'")
+                raise DataError("expected an object with string fields 'prompt' and 'answer'")
         except ValueError as e:
             raise DataError(f"{path}:{number}: not a teacher answer ({e})") from None
         out.append(record)
