@@ -120,6 +120,8 @@ def _generate(args) -> int:
     _warn_cache_notes(model_dir, [config])
     model = from_pretrained(model_dir)
     tok = Tokenizer.from_pretrained(model_dir)
+    if not args.allow_unk:
+        tok.check_known(args.prompt)
     if tok.chat_template and not args.no_chat:
         ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], tokenize=True)
     else:
@@ -365,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other SamplerConfig field")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--allow-unk", dest="allow_unk", action="store_true",
+                   help="decode characters the tokenizer does not know as its unk token instead of stopping")
     p.set_defaults(func=_generate)
     p = sub.add_parser("eval", help="accuracy, NFE, tokens per forward, tokens/s and latency per task; "
                                     "sweeps; JSON + Pareto PNG; resumable")

@@ -62,21 +62,27 @@ class Tokenizer:
       stop_ids: token ids that end an answer (`answers` cuts at the first): the `eos_token` and
         `eot_token` the tokenizer names, plus the model's own (`jaxdllm.load` adds its config's
         `eos_token_id` and `eot_token_id`).
+      unknown: what the batch call does with characters the vocabulary lacks (they would become
+        the `unk_token`): "error" (default; `DataError` naming them) or "keep". `encode` never
+        checks (datasets report unknown characters themselves).
     """
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, *, chat_template: str | None = None,
-                 special_tokens: dict[str, str] | None = None):
+                 special_tokens: dict[str, str] | None = None, unknown: str = "error"):
+        if unknown not in ("error", "keep"):
+            raise DataError(f"unknown must be 'error' or 'keep', got {unknown!r}")
         self.backend = tokenizer
         self.chat_template = chat_template
         self.special_tokens = dict(special_tokens or {})
+        self.unknown = unknown
         named = (self.backend.token_to_id(self.special_tokens[k]) for k in ("eos_token", "eot_token")
                  if self.special_tokens.get(k) is not None)
         self.stop_ids: tuple[int, ...] = tuple(i for i in named if i is not None)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "Tokenizer":
+    def from_pretrained(cls, path: str | Path, **options) -> "Tokenizer":
         """Load `path/tokenizer.json` (+ `tokenizer_config.json`, `chat_template.jinja`); `path` may
-        be a shipped checkpoint's name (`jaxdllm.shipped.checkpoint_dir`)."""
+        be a shipped checkpoint's name (`jaxdllm.shipped.checkpoint_dir`). `options`: `unknown`."""
         directory = checkpoint_dir(path)
         file = directory / "tokenizer.json"
         if not file.is_file():
@@ -101,7 +107,31 @@ class Tokenizer:
             template = jinja_file.read_text()
         special = {k: _token_text(v) for k, v in config.items()
                    if k.endswith("_token") and _token_text(v) is not None}
-        return cls(backend, chat_template=template, special_tokens=special)
+        return cls(backend, chat_template=template, special_tokens=special, **options)
+
+    def unknown_characters(self, text: str) -> list[tuple[int, str]]:
+        """`(position, character)` of each character of `text` that encodes to the `unk_token`
+        (none when the tokenizer names no `unk_token`, e.g. byte-level BPE)."""
+        unk = self.special_tokens.get("unk_token")
+        unk_id = self.token_to_id(unk) if unk else None
+        if unk_id is None:
+            return []
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        return [(start, text[start:end]) for tid, (start, end) in zip(encoding.ids, encoding.offsets) if tid == unk_id]
+
+    def check_known(self, text: str) -> None:
+        """Raise `DataError` naming the characters of `text` the vocabulary lacks, with their
+        positions and, for a small vocabulary, what it does know."""
+        unknown = self.unknown_characters(text)
+        if not unknown:
+            return
+        shown = ", ".join(f"{c!r} at {i}" for i, c in unknown[:8]) + (" ..." if len(unknown) > 8 else "")
+        vocab = [t for t in self.backend.get_vocab() if len(t) == 1]
+        knows = (f"it knows {''.join(sorted(vocab))!r}" if 0 < len(vocab) <= 128
+                 else f"its vocabulary has {self.vocab_size} tokens")
+        raise DataError(f"the tokenizer does not know {shown} in {text[:60]!r} ({knows}); they would decode as "
+                        f"{self.special_tokens.get('unk_token')!r}: change the text, or allow it "
+                        "(Tokenizer(..., unknown='keep'), tok.unknown = 'keep', jaxdllm generate --allow-unk)")
 
     @property
     def vocab_size(self) -> int:
@@ -159,6 +189,9 @@ class Tokenizer:
             raise DataError("give the tokenizer a text or a non-empty list of texts")
         if padding_side not in ("left", "right"):
             raise DataError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        if self.unknown == "error":
+            for text in texts:
+                self.check_known(text)
         if chat:
             rows = [self.apply_chat_template([{"role": "user", "content": t}], tokenize=True) for t in texts]
         else:

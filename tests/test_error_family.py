@@ -2,6 +2,7 @@
 each into one line: exit 2, no traceback (`--debug` shows it); Ctrl-C is one line and exit 130."""
 
 import ast
+import re
 import os
 import signal
 import subprocess
@@ -97,3 +98,52 @@ def test_exported_weights_are_readable_like_any_new_file(tmp_path):
         os.umask(old)
     files = sorted(out.glob("*.safetensors"))
     assert len(files) > 1 and all(f.stat().st_mode & 0o777 == 0o644 for f in files)  # transformers writes 0644
+
+
+# -- Python inputs: each mistake names its row ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shipped():
+    return jaxdllm.load("tasks-llada-small")
+
+
+def test_bad_arrays_are_named_before_decoding(shipped):
+    import numpy as np
+
+    model, tok, defaults = shipped
+    batch = tok(["reverse 4821=", "sort 93715="])
+    out_of_vocab = batch.ids.copy()
+    out_of_vocab[1, 5] = 500
+    cases = [
+        (batch.ids.astype(np.float32), batch.mask, "integer token ids, got dtype float32"),
+        (out_of_vocab, batch.mask, "row 1, position 5: id 500 is outside"),
+        (batch.ids, np.where(np.arange(2)[:, None] == 1, 0, batch.mask), "attention_mask row 1 has no prompt token"),
+        (batch.ids, batch.mask * 2, "0 (padding) and 1 (prompt token) only"),
+        (batch.ids, None, "row 1 starts with the pad id"),  # left-padded ids without their mask
+    ]
+    for ids, mask, message in cases:
+        with pytest.raises(errors.InputError, match=re.escape(message)):
+            jaxdllm.generate(model, ids, defaults, attention_mask=mask)
+
+
+def test_a_prompt_that_fills_the_model_says_so(shipped):
+    import numpy as np
+
+    model, _, defaults = shipped
+    with pytest.raises(errors.ConfigError, match="the prompt alone .* fills the model's max_position"):
+        jaxdllm.generate(model, np.ones((1, 70), np.int32), defaults)
+
+
+def test_text_the_tokenizer_does_not_know_is_named(shipped, tmp_path):
+    _, tok, _ = shipped
+    with pytest.raises(errors.DataError, match=r"does not know '١' at 8, '٢' at 9, '٣' at 10 in 'reverse ١٢٣='"):
+        tok(["copy 12=", "reverse ١٢٣="])
+    tok.unknown = "keep"
+    try:
+        assert tok(["reverse ١٢٣="]).ids.shape == (1, len("reverse ١٢٣=") + 1)  # BOS + one id per character
+    finally:
+        tok.unknown = "error"
+    out = _cli("generate", "--prompt", "price 3€=", cwd=tmp_path)
+    assert out.returncode == 2 and "does not know '€' at 7" in out.stderr and len(out.stderr.splitlines()) == 1
+    out = _cli("generate", "--prompt", "copy 3€=", "--allow-unk", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr

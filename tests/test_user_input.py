@@ -338,7 +338,7 @@ def test_prompt_padding_never_refuses_a_prompt_that_fits(tmp_path):
     unpadded = generate(model, prompt, config.replace(prompt_bucket=1))
     np.testing.assert_array_equal(out.tokens, unpadded.tokens)
     assert out.tokens.shape == (1, 37 + 16)
-    with pytest.raises(ConfigError, match=r"--gen-length.*at most 27.*prompt_bucket"):
+    with pytest.raises(ConfigError, match=r"lower gen_length to at most 27.*prompt_bucket"):
         generate(model, prompt, SamplerConfig(gen_length=32, block_length=32, steps=32))
 
 

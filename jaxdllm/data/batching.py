@@ -139,9 +139,7 @@ class SpecialIds:
 
 
 def _unknown_chars(tokenizer: Tokenizer, text: str) -> list[str]:
-    unk = tokenizer.special_tokens.get("unk_token")
-    unk_id = tokenizer.token_to_id(unk) if unk else None
-    return sorted({c for c in text if unk_id in tokenizer.encode(c, add_special_tokens=False)})
+    return sorted({c for _, c in tokenizer.unknown_characters(text)})
 
 
 def tokenize_examples(examples: Sequence[Example], tokenizer: Tokenizer, config: BatchConfig,

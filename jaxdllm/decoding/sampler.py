@@ -26,7 +26,7 @@ from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
-from jaxdllm.errors import ConfigError, ConfigTypeError
+from jaxdllm.errors import ConfigError, ConfigTypeError, InputError
 
 
 class GenerateResult(NamedTuple):
@@ -60,10 +60,14 @@ class Prepared(NamedTuple):
 def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=None) -> None:
     """Errors a user can act on, raised before anything compiles."""
     method_of(config).check_model(model_config, config)
+    if prompt_len >= model_config.max_position:
+        raise ConfigError(f"the prompt alone ({prompt_len} tokens after padding) fills the model's max_position "
+                          f"({model_config.max_position}): shorten it to fewer than {model_config.max_position} "
+                          "tokens, leaving room for gen_length")
     if prompt_len + config.gen_length > model_config.max_position:
         raise ConfigError(f"prompt ({prompt_len} tokens after padding) + gen_length ({config.gen_length}) "
                           f"exceeds the model's max_position ({model_config.max_position}): lower gen_length "
-                          f"(--gen-length) to at most {max(model_config.max_position - prompt_len, 0)}, or "
+                          f"to at most {model_config.max_position - prompt_len}, or "
                           "shorten the prompt (padding to prompt_bucket is dropped when it would not fit)")
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
@@ -73,9 +77,44 @@ def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=N
                           f"takes one (policy here: {config.policy.name!r})")
 
 
+def check_inputs(model_config, input_ids, attention_mask) -> None:
+    """Errors in the arrays a user passes (`input_ids [B, Lp]`, `attention_mask [B, Lp]` or None),
+    each naming the row: float or bool ids, ids outside the vocabulary, a mask row with no token,
+    mask values other than 0/1, and left-padded rows passed without a mask."""
+    ids = np.asarray(input_ids)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"input_ids must be integer token ids, got dtype {ids.dtype} (a float array would be "
+                         "truncated): pass the tokenizer's ids, e.g. tok(texts).ids")
+    if ids.ndim != 2 or ids.size == 0:
+        raise InputError(f"input_ids must be [batch, prompt_len] with at least one token, got shape {ids.shape}")
+    bad = np.argwhere((ids < 0) | (ids >= model_config.vocab_size))
+    if len(bad):
+        row, col = bad[0]
+        raise InputError(f"input_ids row {row}, position {col}: id {ids[row, col]} is outside the vocabulary "
+                         f"[0, {model_config.vocab_size}) ({len(bad)} such ids in all)")
+    if attention_mask is not None:
+        mask = np.asarray(attention_mask)
+        if mask.shape == ids.shape:
+            if not np.isin(mask, (0, 1)).all():
+                raise InputError("attention_mask must hold 0 (padding) and 1 (prompt token) only")
+            empty = np.flatnonzero(mask.sum(1) == 0)
+            if len(empty):
+                raise InputError(f"attention_mask row {empty[0]} has no prompt token: every row needs at least one "
+                                 f"({len(empty)} empty rows)")
+        return
+    pad = model_config.pad_token_id
+    if pad is not None and pad != model_config.bos_token_id and ids.shape[0] > 1:
+        padded = np.flatnonzero(ids[:, 0] == pad)
+        if 0 < len(padded) < ids.shape[0]:
+            raise InputError(f"input_ids row {padded[0]} starts with the pad id {pad} but no attention_mask was "
+                             "given, so the padding would be read as prompt: pass attention_mask (tok(texts) "
+                             "returns ids and mask)")
+
+
 def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_multiple: int = 1,
             learned_filter=None) -> Prepared:
     """Bucket and left-pad the prompts, check everything, and fix the layout (host only)."""
+    check_inputs(model_config, input_ids, attention_mask)
     pad_id = model_config.pad_token_id if model_config.pad_token_id is not None else 0
     prompt_len = np.shape(input_ids)[-1]
     ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config, prompt_len),
