@@ -175,6 +175,7 @@ def _valid(tok, out, prompts):
     return [get_task(task).check(prompt, answer) for (task, prompt), answer in zip(prompts.items(), tok.answers(out))]
 
 
+@pytest.mark.slow  # every preset compiles its loop: ~20 s
 def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
     """Each preset, rescaled to the checkpoint's length (16 tokens for the diffusion model, 32 for
     the causal one), decodes the README's single-answer prompts to their right answers (one-answer
@@ -208,6 +209,7 @@ def test_cached_presets_are_flagged_where_the_card_measured_them_failing(llada):
     assert jaxdllm.pretrained.cache_note(path, refreshed) is None  # exact again: nothing to warn about
 
 
+@pytest.mark.slow  # two fresh processes
 def test_generate_and_eval_warn_on_a_flagged_cache(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
     env.pop("XLA_FLAGS", None)
