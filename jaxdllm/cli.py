@@ -277,20 +277,22 @@ def _train(args) -> int:
         jax.distributed.initialize()
     raw_config = _recipe(args)
     trainer = Trainer(raw_config, workdir=args.workdir)
-    total = args.steps or raw_config.train.steps
-    if trainer.restore():
-        if trainer.step == total:
-            print(f"the run in {trainer.workdir} is already complete (step {total}); nothing to train", flush=True)
-        else:
-            print(f"resumed from step {trainer.step} in {trainer.workdir}", flush=True)
-    history = trainer.train(steps=total)
-    if history:
-        last = history[-1]
-        print(f"step {last['step']}: loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s", flush=True)
-    if args.export:
-        out = trainer.export(args.export, dtype=args.export_dtype)
-        print(f"exported {out} (step {trainer.step})")
-    trainer.close()
+    try:
+        total = args.steps or raw_config.train.steps
+        if trainer.restore():
+            if trainer.step == total:
+                print(f"the run in {trainer.workdir} is already complete (step {total}); nothing to train", flush=True)
+            else:
+                print(f"resumed from step {trainer.step} in {trainer.workdir}", flush=True)
+        history = trainer.train(steps=total)
+        if history:
+            last = history[-1]
+            print(f"step {last['step']}: loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s", flush=True)
+        if args.export:
+            out = trainer.export(args.export, dtype=args.export_dtype)
+            print(f"exported {out} (step {trainer.step})")
+    finally:  # also on an interrupt: pending checkpoint writes finish and the folder lock is released
+        trainer.close()
     return 0
 
 
@@ -441,7 +443,7 @@ RESUMES = {"train": "the same command resumes from the last checkpoint",
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; exit codes: 0 done, 2 an error the user can fix (one line on stderr;
-    `--debug` shows the traceback), 130 interrupted (Ctrl-C)."""
+    `--debug` shows the traceback), 130 interrupted (Ctrl-C), 143 `train` stopped by SIGTERM."""
     from jaxdllm.errors import JaxdllmError
 
     args = build_parser().parse_args(argv)
@@ -461,9 +463,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"jaxdllm {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if args.debug:
             raise
+        import signal
+
+        from jaxdllm.errors import TrainingInterrupted
+
+        if isinstance(e, TrainingInterrupted):
+            where = f" at step {e.step}" + ("; checkpoint saved" if e.saved else "")
+            print(f"jaxdllm {args.command}: interrupted{where}; {RESUMES['train']}", file=sys.stderr)
+            return 143 if e.signum == signal.SIGTERM else 130
         after = RESUMES.get(args.command)
         print(f"jaxdllm {args.command}: interrupted" + (f"; {after}" if after else ""), file=sys.stderr)
         return 130

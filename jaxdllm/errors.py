@@ -40,3 +40,13 @@ class DatasetNotFoundError(DataError, FileNotFoundError):
 
 class TrainingError(JaxdllmError, RuntimeError):
     """Training cannot go on (a NaN loss, a checkpoint from another model)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped training between two steps, after a checkpoint of that step was
+    written: the same run resumes from it. A `KeyboardInterrupt`, so `except Exception` does not
+    swallow it."""
+
+    def __init__(self, step: int, signum: int, saved: bool):
+        super().__init__(f"interrupted at step {step}")
+        self.step, self.signum, self.saved = step, signum, saved

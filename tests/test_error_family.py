@@ -2,6 +2,7 @@
 each into one line: exit 2, no traceback (`--debug` shows it); Ctrl-C is one line and exit 130."""
 
 import ast
+import json
 import re
 import os
 import signal
@@ -147,3 +148,28 @@ def test_text_the_tokenizer_does_not_know_is_named(shipped, tmp_path):
     assert out.returncode == 2 and "does not know '€' at 7" in out.stderr and len(out.stderr.splitlines()) == 1
     out = _cli("generate", "--prompt", "copy 3€=", "--allow-unk", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.slow  # a training process, interrupted, then resumed
+def test_ctrl_c_in_train_saves_the_step_and_the_same_command_resumes(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    command = [sys.executable, "-m", "jaxdllm.cli", "train", "tasks_tiny_cpu", "--workdir", str(tmp_path / "run"),
+               "--set", "log.progress=false", "--set", "log.every=1", "--set", "checkpoint.every=1000"]
+    proc = subprocess.Popen([*command, "--steps", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    match = re.fullmatch(r"jaxdllm train: interrupted at step (\d+); checkpoint saved; the same command resumes "
+                         r"from the last checkpoint", last)
+    assert match, last
+    step = int(match[1])
+    out = subprocess.run([*command, "--steps", str(step + 2)], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and f"resumed from step {step}" in out.stdout, out.stderr
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(1, step + 3))

@@ -115,7 +115,7 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
     _, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
     config = SamplerConfig(policy="jacobi", gen_length=8, block_length=4, prompt_bucket=8)
-    ids, mask, _ = prompts([3, 5], seed=1)
+    ids, mask, _ = prompts([3, 5], seed=1, vocab=model.config.vocab_size)
     graphdef, params = nnx.split(model)
     for c in (config, SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)):
         prep = sampler.prepare(model.config, ids, mask, c)
@@ -175,9 +175,9 @@ def test_jacobi_compiles_once_per_prompt_bucket(saved, compiles):
     _, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
     config = SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)
-    ids_a, mask_a, _ = prompts([3, 5], seed=4)
-    ids_b, mask_b, _ = prompts([2, 7], seed=5)  # other lengths, the same 8-token bucket
-    ids_c, mask_c, _ = prompts([9, 4], seed=6)  # the next bucket
+    ids_a, mask_a, _ = prompts([3, 5], seed=4, vocab=model.config.vocab_size)
+    ids_b, mask_b, _ = prompts([2, 7], seed=5, vocab=model.config.vocab_size)  # other lengths, the same 8-token bucket
+    ids_c, mask_c, _ = prompts([9, 4], seed=6, vocab=model.config.vocab_size)  # the next bucket
     jaxdllm.generate(model, ids_a, config, attention_mask=mask_a)
     compiles.clear()
     jaxdllm.generate(model, ids_b, config, attention_mask=mask_b)

@@ -208,3 +208,63 @@ def test_scanned_layers_with_remat_train_like_the_unrolled_model():
     w_u = unrolled.params()["layers"][1]["mlp"]["up"]["kernel"]
     w_s = scanned.params()["layers"]["mlp"]["up"]["kernel"][1]
     np.testing.assert_allclose(np.asarray(w_s), np.asarray(w_u), atol=1e-6)
+
+
+WALL_CLOCK = ("tokens_per_s", "elapsed_s")
+
+
+def _log_without_wall_clock(path):
+    return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK} for line in path.read_text().splitlines()]
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path, monkeypatch):
+    """SIGINT after step 7 (checkpoints every 5, a log record every 3): the run saves step 7 and
+    stops; the same run resumed ends with the weights and metrics.jsonl of a run never stopped."""
+    import signal
+
+    from jaxdllm.errors import TrainingInterrupted
+
+    config = recipe(train={"steps": 12}, checkpoint={"every": 5}, log={"every": 3, "progress": False})
+    straight = Trainer(config, workdir=tmp_path / "straight", mesh=one_device())
+    straight.train()
+    straight.close()
+
+    step = Trainer.train_step
+
+    def interrupting_step(self, batch):
+        metrics = step(self, batch)
+        if self.step == 7:
+            signal.raise_signal(signal.SIGINT)  # as a user's Ctrl-C, in the middle of the run
+            signal.raise_signal(signal.SIGINT)  # a second one while it saves changes nothing
+        return metrics
+
+    monkeypatch.setattr(Trainer, "train_step", interrupting_step)
+    first = Trainer(config, workdir=tmp_path / "stopped", mesh=one_device())
+    with pytest.raises(TrainingInterrupted) as stopped:
+        first.train()
+    first.close()
+    assert (stopped.value.step, stopped.value.signum, stopped.value.saved) == (7, signal.SIGINT, True)
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+    resumed = Trainer(config, workdir=tmp_path / "stopped", mesh=one_device())
+    assert resumed.restore() and resumed.step == 7
+    resumed.train()
+    resumed.close()
+    for a, b in zip(jax.tree.leaves(straight.params()), jax.tree.leaves(resumed.params())):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert _log_without_wall_clock(tmp_path / "stopped" / "metrics.jsonl") == \
+        _log_without_wall_clock(tmp_path / "straight" / "metrics.jsonl")
+
+
+def test_a_resume_from_an_older_checkpoint_drops_the_log_lines_it_redoes(tmp_path):
+    config = recipe(train={"steps": 8}, checkpoint={"every": 5}, log={"every": 1, "progress": False})
+    run = Trainer(config, workdir=tmp_path, mesh=one_device())
+    run.train(stop_at=7)  # checkpoints at 5 and 7, log lines 1..7
+    run.close()
+    again = Trainer(config, workdir=tmp_path, mesh=one_device())
+    assert again.restore(step=5)
+    assert [r["step"] for r in _log_without_wall_clock(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    again.train()
+    again.close()
+    assert [r["step"] for r in _log_without_wall_clock(tmp_path / "metrics.jsonl")] == list(range(1, 9))

@@ -9,9 +9,12 @@ draws the same masks as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_io import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
-from jaxdllm.errors import TrainingError
+from jaxdllm.errors import TrainingError, TrainingInterrupted
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
@@ -37,6 +40,25 @@ from jaxdllm.validation import require_positive_int
 # The model fields a checkpoint must share with the recipe to be resumed.
 _SAME_MODEL_FIELDS = ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
                       "scan_layers")
+
+
+@contextlib.contextmanager
+def _deferred_signals():
+    """While training, SIGINT and SIGTERM only note the signal; the loop reads it between steps,
+    saves and stops, and a second Ctrl-C during that save changes nothing. (Only the main thread
+    can install handlers; elsewhere signals keep their usual effect.)"""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def sampler_defaults(config: ModelConfig, seq_len: int) -> dict:
@@ -91,6 +113,7 @@ class Trainer:
 
         self.manager = setup.checkpoint_manager(self.workdir, config.checkpoint)
         self.history: list[dict] = []
+        self._pending: list[dict] = []  # metrics of the steps since the last log record (checkpointed)
 
     batch_config_for = staticmethod(setup.batch_config_for)
 
@@ -136,7 +159,10 @@ class Trainer:
         """Train until `steps` total steps (default `[train] steps`), or stop early at `stop_at`.
 
         Saves a checkpoint every `[checkpoint] every` steps and at the end; appends a metrics
-        record every `[log] every` steps to `self.history` and `metrics.jsonl`.
+        record every `[log] every` steps to `self.history` and `metrics.jsonl`. SIGINT or SIGTERM
+        stops it after the current step with a checkpoint of that step, raising
+        `TrainingInterrupted`; a resumed run then gives the same weights and log as one that was
+        never stopped.
         """
         total = self.config.train.steps if steps is None else steps
         require_positive_int(total, "steps (the total to train to)")
@@ -149,25 +175,33 @@ class Trainer:
         if self.config.log.progress and jax.process_index() == 0:
             from tqdm.auto import tqdm
             progress = tqdm(total=end, initial=self.step, desc="train", dynamic_ncols=True, mininterval=5)
-        t0, tokens_seen, window = time.perf_counter(), 0, []
-        while self.step < end:
-            batch = next(self.batches)
-            metrics = self.train_step(batch)
-            tokens_seen += int((batch["segment_ids"] > 0).sum()) * jax.process_count()
-            window.append(metrics)
-            if self.step % log_every == 0 or self.step == end:
-                elapsed = time.perf_counter() - t0
-                record = {"step": self.step, **{k: float(np.mean([m[k] for m in window])) for k in window[0]},
-                          "lr": float(self.schedule(self.step - 1)), "tokens_per_s": tokens_seen / elapsed,
-                          "elapsed_s": elapsed}
-                window = []
-                self._log(record)
+        t0, tokens_seen = time.perf_counter(), 0
+        with _deferred_signals() as caught:
+            while self.step < end:
+                batch = next(self.batches)
+                metrics = self.train_step(batch)
+                tokens_seen += int((batch["segment_ids"] > 0).sum()) * jax.process_count()
+                self._pending.append(metrics)
+                if self.step % log_every == 0 or self.step == end:
+                    elapsed = time.perf_counter() - t0
+                    window, self._pending = self._pending, []
+                    record = {"step": self.step, **{k: float(np.mean([m[k] for m in window])) for k in window[0]},
+                              "lr": float(self.schedule(self.step - 1)), "tokens_per_s": tokens_seen / elapsed,
+                              "elapsed_s": elapsed}
+                    self._log(record)
+                    if progress is not None:
+                        progress.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
                 if progress is not None:
-                    progress.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            if progress is not None:
-                progress.update(1)
-            if self.manager is not None and (self.step % self.config.checkpoint.every == 0 or self.step == end):
-                self.save()
+                    progress.update(1)
+                saved = self.step % self.config.checkpoint.every == 0 or self.step == end
+                if self.manager is not None and (saved or caught):
+                    self.save()
+                if caught:
+                    if progress is not None:
+                        progress.close()
+                    if self.manager is not None:
+                        self.manager.wait_until_finished()
+                    raise TrainingInterrupted(self.step, caught[0], saved=self.manager is not None)
         if progress is not None:
             progress.close()
         if self.manager is not None:
@@ -182,16 +216,19 @@ class Trainer:
         if self.lock is not None:
             self.lock.release()
 
+    def _log_path(self) -> Path | None:
+        return self.config.log.jsonl or (self.workdir / "metrics.jsonl" if self.workdir else None)
+
     def _log(self, record: dict) -> None:
         self.history.append(record)
-        path = self.config.log.jsonl or (self.workdir / "metrics.jsonl" if self.workdir else None)
+        path = self._log_path()
         if path is not None and jax.process_index() == 0:
             with open(path, "a") as f:
                 f.write(json.dumps(record) + "\n")
 
     # -- checkpoints ---------------------------------------------------------------------
     def _meta(self) -> dict:
-        return {"step": self.step, "data_state": self.batches.get_state(),
+        return {"step": self.step, "data_state": self.batches.get_state(), "pending_metrics": self._pending,
                 "model_config": self.model_config.to_dict(), "lora": self.config.lora.rank,
                 "lora_targets": sorted(self.config.lora.targets) if self.config.lora.enabled else []}
 
@@ -217,7 +254,19 @@ class Trainer:
         self.trainable, self.opt_state = state["trainable"], state["opt_state"]
         self.step = int(meta["step"])
         self.batches.set_state(meta["data_state"])
+        self._pending = list(meta.get("pending_metrics", []))
+        self._truncate_log(self.step)
         return True
+
+    def _truncate_log(self, step: int) -> None:
+        """Drop `metrics.jsonl` records past `step`: the resumed run writes them again."""
+        path = self._log_path()
+        if path is None or jax.process_index() != 0 or not Path(path).is_file():
+            return
+        lines = Path(path).read_text().splitlines()
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+        if len(kept) != len(lines):
+            Path(path).write_text("".join(line + "\n" for line in kept))
 
     def _check_same_model(self, meta: dict) -> None:
         saved = meta.get("model_config", {})
