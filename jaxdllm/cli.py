@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 from jaxdllm.models.config import DTYPES
+from jaxdllm.output_paths import check_output_dir, check_output_file
 from jaxdllm.shipped import checkpoint_dir, shipped_checkpoint
 
 
@@ -204,6 +205,7 @@ def _eval(args) -> int:
     out = Path(args.out) if args.out else default_eval_dir(model_dir)
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
+    check_output_dir(out, "--out" if args.out else "the default results folder")
     model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
     evaluate(model, tokenizer, tasks, samplers, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
              model_id=str(model_dir.resolve()), model_version=weights_version(model_dir),
@@ -240,7 +242,8 @@ def _convert(args) -> int:
     from jaxdllm.checkpoint.hf_io import from_pretrained, parse_size, save_pretrained
     from jaxdllm.checkpoint.orbax_io import save_state
 
-    parse_size(args.max_shard_size)  # a bad size fails before the model is read
+    parse_size(args.max_shard_size)  # a bad size and an unwritable DST fail before the model is read
+    check_output_dir(args.dst, "DST")
 
     model = from_pretrained(args.src, dtype=args.dtype)
     if args.orbax:
@@ -276,6 +279,11 @@ def _train(args) -> int:
     if args.distributed:  # multi-host: coordinator address etc. from the environment (JAX's own rules)
         jax.distributed.initialize()
     raw_config = _recipe(args)
+    workdir = args.workdir or raw_config.checkpoint.dir
+    if workdir:  # where checkpoints and the export go is checked before anything is built
+        check_output_dir(workdir, "--workdir" if args.workdir else "[checkpoint] dir")
+    if args.export:
+        check_output_dir(args.export, "--export")
     trainer = Trainer(raw_config, workdir=args.workdir)
     try:
         total = args.steps or raw_config.train.steps
@@ -317,6 +325,7 @@ def _distill_generate(args) -> int:
     if teacher is None:
         raise ConfigError("[distill] teacher is not set and [model] has no init_from: name the teacher checkpoint")
     out = args.out or section.out
+    check_output_file(out, "--out" if args.out else "[distill] out")
     teacher = checkpoint_dir(teacher)  # a folder, or a shipped checkpoint's name
     read_config_json(teacher)  # a missing teacher fails first
     section.sampler_config()  # names an unknown [distill] sampler key
@@ -439,12 +448,32 @@ COMPILING_COMMANDS = ("generate", "eval", "train", "distill")
 RESUMES = {"train": "the same command resumes from the last checkpoint",
            "eval": "the same command resumes after the last finished batch",
            "distill": "the same command resumes after the last finished batch"}
+# What to lower when a command runs the device out of memory.
+MEMORY_SETTINGS = {"generate": "--gen-length or the prompt",
+                   "eval": "--batch-size or --gen-length",
+                   "train": "[data] batch_size or seq_len (--set data.batch_size=...), or use a larger [mesh]",
+                   "distill": "[distill] batch_size or the sampler's gen_length"}
+
+
+def _interrupted(command: str, e: KeyboardInterrupt) -> int:
+    """One line for Ctrl-C or SIGTERM: what was kept and how to go on; exit 130 or 143."""
+    import signal
+
+    from jaxdllm.interrupts import signal_number
+
+    kept = getattr(e, "kept", "")
+    line = "interrupted" + ("" if not kept else f" {kept}" if kept.startswith("at ") else f"; {kept}")
+    if command in RESUMES:
+        line += f"; {RESUMES[command]}"
+    print(f"jaxdllm {command}: {line}", file=sys.stderr)
+    return 143 if signal_number(e) == signal.SIGTERM else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; exit codes: 0 done, 2 an error the user can fix (one line on stderr;
-    `--debug` shows the traceback), 130 interrupted (Ctrl-C), 143 `train` stopped by SIGTERM."""
-    from jaxdllm.errors import JaxdllmError
+    `--debug` shows the traceback), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM."""
+    from jaxdllm.errors import DeviceMemoryError, JaxdllmError, out_of_memory_message
+    from jaxdllm.interrupts import terminate_as_interrupt
 
     args = build_parser().parse_args(argv)
 
@@ -457,26 +486,21 @@ def main(argv: list[str] | None = None) -> int:
 
         enable_compilation_cache()
     try:
-        return args.func(args)
-    except JaxdllmError as e:
-        if args.debug:
-            raise
-        print(f"jaxdllm {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        with terminate_as_interrupt():  # `kill` stops a run as Ctrl-C does: finished work kept, one line
+            return args.func(args)
     except KeyboardInterrupt as e:
         if args.debug:
             raise
-        import signal
-
-        from jaxdllm.errors import TrainingInterrupted
-
-        if isinstance(e, TrainingInterrupted):
-            where = f" at step {e.step}" + ("; checkpoint saved" if e.saved else "")
-            print(f"jaxdllm {args.command}: interrupted{where}; {RESUMES['train']}", file=sys.stderr)
-            return 143 if e.signum == signal.SIGTERM else 130
-        after = RESUMES.get(args.command)
-        print(f"jaxdllm {args.command}: interrupted" + (f"; {after}" if after else ""), file=sys.stderr)
-        return 130
+        return _interrupted(args.command, e)
+    except Exception as e:  # the library's errors, and XLA's out of memory (it has no stable public type)
+        memory = out_of_memory_message(e)
+        if args.debug or not (isinstance(e, JaxdllmError) or memory):
+            raise
+        line = memory or str(e)
+        if isinstance(e, DeviceMemoryError) or memory:
+            line += f" (in this command: {MEMORY_SETTINGS.get(args.command, 'the sizes')})"
+        print(f"jaxdllm {args.command}: error: {line}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

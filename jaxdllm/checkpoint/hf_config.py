@@ -17,15 +17,23 @@ _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
-def read_config_json(directory: Path) -> dict:
-    """The parsed `directory/config.json`; errors name the file."""
-    file = Path(directory) / "config.json"
-    if Path(directory).is_file():
-        raise CheckpointError(f"{directory} is a file; a checkpoint is a folder holding config.json and *.safetensors")
-    if not Path(directory).is_dir():
+def require_checkpoint_folder(directory: str | Path, what: str = "checkpoint directory") -> Path:
+    """`directory` if it is an existing folder; else a `CheckpointError` naming `what` (e.g.
+    "[model] init_from") and the shipped checkpoints that would load by name."""
+    directory = Path(directory)
+    if directory.is_file():
+        raise CheckpointError(f"{what} {directory} is a file; a checkpoint is a folder holding config.json and "
+                              "*.safetensors")
+    if not directory.is_dir():
         from jaxdllm.shipped import shipped_hint
 
-        raise CheckpointError(f"checkpoint directory {directory} does not exist ({shipped_hint()})")
+        raise CheckpointError(f"{what} {directory} does not exist ({shipped_hint()})")
+    return directory
+
+
+def read_config_json(directory: Path) -> dict:
+    """The parsed `directory/config.json`; errors name the file."""
+    file = require_checkpoint_folder(directory) / "config.json"
     if not file.is_file():
         raise CheckpointError(f"{file} is missing: a Hugging Face checkpoint directory needs config.json")
     try:

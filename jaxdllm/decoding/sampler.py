@@ -26,7 +26,7 @@ from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
-from jaxdllm.errors import ConfigError, ConfigTypeError, InputError
+from jaxdllm.errors import ConfigError, ConfigTypeError, DeviceMemoryError, InputError, out_of_memory_message
 
 
 class GenerateResult(NamedTuple):
@@ -140,8 +140,10 @@ def _decoding_mesh(params_mesh):
     if params_mesh is not None:
         with jax.set_mesh(shd.auto_mesh(params_mesh)):
             yield
-    elif shd.explicit_context() is not None:
-        with jax.set_mesh(shd.auto_mesh(jax.sharding.get_mesh())):
+    elif not jax.sharding.get_abstract_mesh().empty:
+        # One-device parameters decode on their device: outside the caller's mesh, whose devices jit
+        # would otherwise require of every argument ("incompatible devices").
+        with jax.set_mesh(None):
             yield
     else:
         yield
@@ -220,12 +222,25 @@ class Sampler:
             input_ids = input_ids.ids
         p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
         filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
-        with _decoding_mesh(self._mesh):
-            key = jax.random.PRNGKey(0) if key is None else _recreated(key)
-            state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg), self._place(p.valid),
-                           key, filter_state, method=method_of(config), lay=p.lay, config=config,
-                           filter_def=filter_def)
-        return _result(state, p, config)
+        try:
+            with _decoding_mesh(self._mesh):
+                key = jax.random.PRNGKey(0) if key is None else _recreated(key)
+                state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
+                               self._place(p.valid), key, filter_state, method=method_of(config), lay=p.lay,
+                               config=config, filter_def=filter_def)
+            return _result(state, p, config)
+        except Exception as e:  # XLA's out of memory has no stable public type: read its status
+            memory = out_of_memory_message(e, self._sizes(p))
+            if memory is None:
+                raise
+            raise DeviceMemoryError(memory) from e
+
+    def _sizes(self, p: Prepared) -> str:
+        """What a decoding call holds, for an out-of-memory message."""
+        weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(self._params))
+        devices = 1 if self._mesh is None else self._mesh.size
+        return (f"{p.ids.shape[0]} rows x {p.lay.total} positions (prompt {p.lay.prompt_len} + gen_length "
+                f"{p.lay.total - p.lay.prompt_len}), weights {weights / 2**30:.2f} GiB on {devices} device(s)")
 
     def __call__(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
                  learned_filter: nnx.Module | None = None) -> GenerateResult:

@@ -16,9 +16,10 @@ import warnings
 from pathlib import Path
 
 from jaxdllm.decoding import SamplerConfig
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import ConfigError, Interrupted
 from jaxdllm.eval.runner import ItemStore, run_task, setting_key, summarize
 from jaxdllm.eval.tasks import EvalTask
+from jaxdllm.interrupts import signal_number
 
 TIMING_KEYS = ("timing",)  # what differs between two runs of the same evaluation
 
@@ -115,6 +116,10 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
             try:
                 records = run_task(model, tokenizer, task, items, config, key=key, store=store,
                                    batch_size=batch_size, progress=bar)
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished batch is in the store
+                if store.path is None:
+                    raise
+                raise Interrupted(signal_number(e), f"{len(store)} decoded items kept in {store.path}") from None
             finally:  # an error message starts on its own line
                 bar.close()
             rows[task.name] = summarize(records)

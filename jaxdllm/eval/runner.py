@@ -26,6 +26,7 @@ import numpy as np
 from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval.tasks import EvalItem, EvalTask
+from jaxdllm.interrupts import held_signals
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 
@@ -76,10 +77,13 @@ class ItemStore:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
+        with held_signals(), open(self.path, "a") as f:  # a Ctrl-C waits for the batch's lines
             f.write("".join(json.dumps(r) + "\n" for r in records))
             f.flush()
             os.fsync(f.fileno())
+
+    def __len__(self) -> int:
+        return len(self._records)
 
 
 def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]], config: SamplerConfig):

@@ -54,7 +54,7 @@ def make_training_mesh(section) -> Mesh:
 def load_tokenizer(config: TrainConfig) -> Tokenizer:
     """The checkpoint's own tokenizer for `init_from`, else the tiny models' character tokenizer."""
     if config.model.init_from:
-        return Tokenizer.from_pretrained(config.model.init_from)
+        return Tokenizer.from_pretrained(config.model.init_from, what="[model] init_from")
     return build_char_tokenizer()
 
 

@@ -9,12 +9,9 @@ draws the same masks as an uninterrupted one.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -23,10 +20,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdllm import sharding as shd
+from jaxdllm.checkpoint.hf_config import require_checkpoint_folder
 from jaxdllm.checkpoint.hf_io import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError, TrainingInterrupted
+from jaxdllm.interrupts import deferred_signals
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
@@ -40,25 +39,6 @@ from jaxdllm.validation import require_positive_int
 # The model fields a checkpoint must share with the recipe to be resumed.
 _SAME_MODEL_FIELDS = ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
                       "scan_layers")
-
-
-@contextlib.contextmanager
-def _deferred_signals():
-    """While training, SIGINT and SIGTERM only note the signal; the loop reads it between steps,
-    saves and stops, and a second Ctrl-C during that save changes nothing. (Only the main thread
-    can install handlers; elsewhere signals keep their usual effect.)"""
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield caught
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in previous:
-        signal.signal(s, lambda signum, frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def sampler_defaults(config: ModelConfig, seq_len: int) -> dict:
@@ -88,6 +68,8 @@ class Trainer:
         self.config = config
         where = workdir or config.checkpoint.dir
         self.workdir = Path(where).absolute() if where else None
+        if config.model.init_from:  # a missing source fails before the workdir is made
+            require_checkpoint_folder(checkpoint_dir(config.model.init_from), "[model] init_from")
         # Before anything reads or writes the folder: one run per workdir (process 0 holds it for the job).
         self.lock = (WorkdirLock(self.workdir).acquire()
                      if self.workdir is not None and jax.process_index() == 0 else None)
@@ -176,7 +158,7 @@ class Trainer:
             from tqdm.auto import tqdm
             progress = tqdm(total=end, initial=self.step, desc="train", dynamic_ncols=True, mininterval=5)
         t0, tokens_seen = time.perf_counter(), 0
-        with _deferred_signals() as caught:
+        with deferred_signals() as caught:  # stop between steps, after a save
             while self.step < end:
                 batch = next(self.batches)
                 metrics = self.train_step(batch)

@@ -42,7 +42,8 @@ from jaxdllm.data.answers import extract_final_answer, final_number, same_number
 from jaxdllm.data.jsonl import iter_jsonl_lines
 from jaxdllm.data.records import Example
 from jaxdllm.decoding import Sampler, SamplerConfig
-from jaxdllm.errors import DataError
+from jaxdllm.errors import DataError, Interrupted
+from jaxdllm.interrupts import held_signals, signal_number
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 from jaxdllm.train.evaluate import left_pad
 
@@ -229,15 +230,36 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
             "sampler": _sampler_settings(config), **(meta or {})}
     meta = json.loads(json.dumps(meta))  # what the file holds (tuples as lists)
     done = _resume_point(out, meta, examples, batch_size)
-    sampler = Sampler(model)
-    eos = model.config.eos_token_id
-    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     bar = None
     if progress and jax.process_index() == 0:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(examples), initial=done, unit="answer", desc="teacher", dynamic_ncols=True)
-    kept = answered = 0
     start = time.perf_counter()
+    try:
+        answered, kept = _answer_batches(model, tokenizer, examples, config, out, done, batch_size=batch_size,
+                                         seed=seed, chat_template=chat_template, trajectories=trajectories, bar=bar)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the lines of every finished batch are in `out`
+        raise Interrupted(signal_number(e), f"{len(_complete_lines(out))} answers kept in {out}") from None
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    stats = answer_statistics(out)
+    stats.update(seconds=seconds, answers_per_s=answered / seconds if seconds > 0 else None)
+    if jax.process_index() == 0:
+        out.with_name(out.name + STATS_SUFFIX).write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+def _answer_batches(model, tokenizer: Tokenizer, examples: Sequence[Example], config: SamplerConfig, out: Path,
+                    done: int, *, batch_size: int, seed: int, chat_template: bool, trajectories: bool,
+                    bar) -> tuple[int, int]:
+    """Answer `examples[done:]` batch by batch, appending each batch's records to `out`;
+    returns `(answered, kept)` of this call."""
+    sampler = Sampler(model)
+    eos = model.config.eos_token_id
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    kept = answered = 0
     for lo in range(done, len(examples), batch_size):
         chunk = list(examples[lo:lo + batch_size])
         rows = [_encode(tokenizer, e.prompt, chat_template) for e in chunk]
@@ -260,21 +282,14 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
             kept += correct is True
         answered += len(chunk)
         if jax.process_index() == 0:
-            with out.open("a", encoding="utf-8") as f:
+            with held_signals(), out.open("a", encoding="utf-8") as f:  # a Ctrl-C waits for the batch's lines
                 f.write("".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
         if bar is not None:
             bar.update(len(chunk))
             bar.set_postfix(kept=f"{kept / answered:.1%}", refresh=False)
-    if bar is not None:
-        bar.close()
-    seconds = time.perf_counter() - start
-    stats = answer_statistics(out)
-    stats.update(seconds=seconds, answers_per_s=answered / seconds if seconds > 0 else None)
-    if jax.process_index() == 0:
-        out.with_name(out.name + STATS_SUFFIX).write_text(json.dumps(stats, indent=1))
-    return stats
+    return answered, kept
 
 
 def _states(result, row: int, width: int, prompt_ids: list[int]) -> dict:
