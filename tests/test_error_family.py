@@ -3,8 +3,9 @@ each into one line: exit 2, no traceback (`--debug` shows it); Ctrl-C is one lin
 
 import ast
 import json
-import re
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def test_the_library_raises_only_its_own_error_types():
 def test_every_error_type_is_a_jaxdllm_error_and_its_builtin():
     assert issubclass(errors.ConfigError, ValueError) and issubclass(errors.ConfigTypeError, TypeError)
     assert issubclass(errors.TrainingError, RuntimeError) and issubclass(errors.DatasetNotFoundError, FileNotFoundError)
-    for name in ("ConfigError", "ConfigTypeError", "InputError", "CheckpointError", "DataError", "TrainingError"):
+    assert issubclass(errors.OutputPathError, ValueError) and issubclass(errors.DeviceMemoryError, MemoryError)
+    for name in ("ConfigError", "ConfigTypeError", "InputError", "CheckpointError", "DataError", "TrainingError",
+                 "OutputPathError", "DeviceMemoryError"):
         assert issubclass(getattr(errors, name), errors.JaxdllmError), name
 
 
@@ -74,8 +77,96 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "jaxdllm eval: interrupted; the same command resumes after the last finished batch"
+    kept = len(items.read_text().splitlines())
+    assert err.strip().splitlines()[-1] == (f"jaxdllm eval: interrupted; {kept} decoded items kept in {items}; "
+                                            "the same command resumes after the last finished batch")
     assert "Traceback" not in err
+
+
+# -- output paths: checked before any work, one line, nothing created --------------------------
+
+def _path_cases(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    unwritable = Path("/proc/jaxdllm-test")  # a place even root cannot create files in
+    llada = "tasks-llada-small"
+    return [
+        (["eval", "--n", "4", "--out", str(a_file)], "--out", "is a file, but a folder is expected"),
+        (["eval", "--n", "4", "--out", str(a_file / "sub")], "--out", f"{a_file} is a file, not a folder"),
+        (["eval", "--n", "4", "--out", str(unwritable)], "--out", "/proc is not writable"),
+        (["convert", llada, str(a_file)], "DST", "is a file, but a folder is expected"),
+        (["convert", llada, str(unwritable)], "DST", "/proc is not writable"),
+        (["train", "tasks_tiny_cpu", "--workdir", str(a_file)], "--workdir", "is a file, but a folder"),
+        (["train", "tasks_tiny_cpu", "--workdir", str(tmp_path / "run"), "--export", str(unwritable)], "--export",
+         "/proc is not writable"),
+        (["distill", "generate", "dparallel_tasks_tiny_cpu", "--out", str(tmp_path)], "--out",
+         "is a folder, but a file is expected"),
+        (["distill", "generate", "dparallel_tasks_tiny_cpu", "--out", str(unwritable / "a.jsonl")], "--out",
+         "/proc is not writable"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_an_output_path_that_cannot_be_written_fails_first(case, tmp_path):
+    if not Path("/proc").is_dir():
+        pytest.skip("uses /proc as a folder nobody can write to")
+    args, flag, message = _path_cases(tmp_path)[case]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = _cli(*args, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"jaxdllm {args[0]}: error: {flag} ") and message in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no workdir, runs/ or partial output
+
+
+def test_a_missing_init_from_is_named_and_no_workdir_is_made(tmp_path):
+    out = _cli("train", "dparallel_tasks_tiny_cpu", "--set", f"model.init_from={tmp_path / 'nope'}",
+               "--workdir", str(tmp_path / "run"))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert f"[model] init_from {tmp_path / 'nope'} does not exist" in out.stderr
+    assert "tokenizer.json" not in out.stderr and not (tmp_path / "run").exists()
+
+
+def test_device_out_of_memory_is_one_line_with_sizes(tmp_path):
+    """A real XLA RESOURCE_EXHAUSTED: the process's address space is capped at 6 GiB and a
+    copy of the shipped model is asked for a 32k-token canvas (its attention scores alone are
+    tens of GiB)."""
+    big = tmp_path / "long-model"
+    shutil.copytree(jaxdllm.shipped.shipped_checkpoint("tasks-llada-small"), big)
+    config = json.loads((big / "config.json").read_text())
+    config["max_sequence_length"] = 40000
+    (big / "config.json").write_text(json.dumps(config))
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
+              "from jaxdllm.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-c", script, "generate", "--model", str(big), "--prompt", "copy 12=",
+                          "--gen-length", "32768", "--block-length", "32768", "--steps", "1"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert re.search(r"ran out of memory \(an allocation of [0-9.]+ GiB failed; 1 rows x 32800 positions "
+                     r"\(prompt 32 \+ gen_length 32768\), weights 0\.\d+ GiB on 1 device\(s\)\): lower", lines[0])
+    assert lines[0].endswith("(in this command: --gen-length or the prompt)")
+
+
+def test_held_signals_finish_the_block_then_deliver():
+    from jaxdllm.interrupts import held_signals, terminate_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("written")                 # the write is not cut
+    assert done == ["written"]
+    with pytest.raises(errors.Interrupted) as stopped:
+        with terminate_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert stopped.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
 
 
 def test_two_models_with_one_name_get_separate_default_eval_folders(tmp_path):

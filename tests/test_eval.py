@@ -3,6 +3,7 @@ reproduced, sweeps, the Pareto plot, and a kill/resume that gives the same JSON.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,32 +168,51 @@ def test_new_weights_at_the_same_path_are_decoded_again(shipped, tmp_path, monke
     assert len(calls) == 2
 
 
-@pytest.mark.slow
-def test_killed_cli_run_resumes_to_the_same_json(tmp_path):
-    """A real SIGKILL in the middle of `jaxdllm eval`, then the same command again."""
+def _eval_command(out):
+    return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "16",
+            "--batch-size", "4", "--preset", "fast-dllm-parallel", "--out", str(out), "--no-progress"]
+
+
+def _cli_env():
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
+    return env
 
-    def command(out):
-        return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "16",
-                "--batch-size", "4", "--preset", "fast-dllm-parallel", "--out", str(out), "--no-progress"]
 
-    subprocess.run(command(tmp_path / "whole"), check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(command(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    items = tmp_path / "killed" / "items.jsonl"
+@pytest.fixture(scope="module")
+def whole_eval(tmp_path_factory):
+    """The uninterrupted run's eval.json."""
+    out = tmp_path_factory.mktemp("whole")
+    subprocess.run(_eval_command(out), check=True, env=_cli_env(), capture_output=True)
+    return json.loads((out / "eval.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["kill", "ctrl-c", "term"])
+def test_a_stopped_cli_run_resumes_to_the_same_json(signum, whole_eval, tmp_path):
+    """A real signal in the middle of `jaxdllm eval`, then the same command again. Ctrl-C and
+    SIGTERM end in one line naming what was kept (exit 130 / 143); the final JSON is the
+    uninterrupted run's."""
+    proc = subprocess.Popen(_eval_command(tmp_path / "stopped"), env=_cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    items = tmp_path / "stopped" / "items.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if items.is_file() and len(items.read_text().splitlines()) >= 8:  # two batches written
             break
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
     written = len(items.read_text().splitlines())
-    assert 8 <= written < 32, written  # killed in the middle
-    subprocess.run(command(tmp_path / "killed"), check=True, env=env, capture_output=True)
-    whole, resumed = (json.loads((tmp_path / d / "eval.json").read_text()) for d in ("whole", "killed"))
-    assert without_timing(resumed) | {"model": None} == without_timing(whole) | {"model": None}
+    assert 8 <= written < 32, written  # stopped in the middle
+    if signum != signal.SIGKILL:
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], err
+        assert "Traceback" not in err
+        assert re.fullmatch(rf"jaxdllm eval: interrupted; {written} decoded items kept in \S+items.jsonl; the same "
+                            r"command resumes after the last finished batch", err.strip().splitlines()[-1]), err
+    subprocess.run(_eval_command(tmp_path / "stopped"), check=True, env=_cli_env(), capture_output=True)
+    resumed = json.loads((tmp_path / "stopped" / "eval.json").read_text())
+    assert without_timing(resumed) | {"model": None} == without_timing(whole_eval) | {"model": None}
 
 
 # -- the shipped model's card ---------------------------------------------------------------------

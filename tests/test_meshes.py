@@ -85,6 +85,20 @@ def test_generate_equals_one_device(kind, llada):
         np.testing.assert_array_equal(got.nfe, want.nfe)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_one_device_model_decodes_under_a_callers_mesh(kind, llada):
+    """A model loaded without a mesh, called inside `jax.set_mesh(mesh)`: it decodes on its own
+    device, as outside the context."""
+    ids = np.random.default_rng(2).integers(5, 100, (2, 6)).astype(np.int32)
+    config = SamplerConfig(gen_length=8, block_length=8, policy="threshold", threshold=0.5)
+    model = jaxdllm.from_pretrained(llada)
+    want = generate(model, ids, config)
+    with jax.set_mesh(MESHES[kind]()):
+        got = generate(model, ids, config)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.nfe, want.nfe)
+
+
 def _recipe() -> TrainConfig:
     return TrainConfig.from_dict({
         "model": {"preset": "tiny-llada", "embed_dim": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,

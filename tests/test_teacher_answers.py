@@ -130,7 +130,8 @@ def test_prompt_files_take_the_first_present_keys(tmp_path):
 
 
 @pytest.mark.slow  # three fresh processes, each loading JAX and compiling: ~30 s
-def test_a_killed_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_a_stopped_run_resumes_exactly(signum, tmp_path):
     recipe = tmp_path / "distill.toml"
     recipe.write_text(textwrap.dedent(f"""
         [model]
@@ -149,18 +150,24 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     env.pop("XLA_FLAGS", None)
     killed = tmp_path / "killed.jsonl"
     command = [sys.executable, "-m", "jaxdllm.cli", "distill", "generate", str(recipe)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if killed.is_file() and killed.read_text().count("\n") >= 6:
             break
         time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
     written = killed.read_text().count("\n")
     assert 6 <= written < 120, "the run was not interrupted part-way: make it longer"
-    with killed.open("a") as f:
-        f.write('{"index": 999, "prompt": "perm 12')     # and a line cut short by the kill
+    if signum == signal.SIGTERM:  # the batches' lines are whole, and the one line says how many
+        assert proc.returncode == 143 and "Traceback" not in err, err
+        assert err.strip().splitlines()[-1] == (f"jaxdllm distill: interrupted; {written} answers kept in {killed}; "
+                                                "the same command resumes after the last finished batch")
+        assert written % 4 == 0
+    else:
+        with killed.open("a") as f:
+            f.write('{"index": 999, "prompt": "perm 12')     # and a line cut short by the kill
     for extra in ([], ["--out", str(tmp_path / "straight.jsonl")]):  # resume; then one uninterrupted run
         done = subprocess.run(command + extra, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
