@@ -242,7 +242,8 @@ def test_text_the_tokenizer_does_not_know_is_named(shipped, tmp_path):
 
 
 @pytest.mark.slow  # a training process, interrupted, then resumed
-def test_ctrl_c_in_train_saves_the_step_and_the_same_command_resumes(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
+def test_a_stopped_train_saves_the_step_and_the_same_command_resumes(signum, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
     env.pop("XLA_FLAGS", None)
     command = [sys.executable, "-m", "jaxdllm.cli", "train", "tasks_tiny_cpu", "--workdir", str(tmp_path / "run"),
@@ -253,10 +254,10 @@ def test_ctrl_c_in_train_saves_the_step_and_the_same_command_resumes(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     last = err.strip().splitlines()[-1]
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum] and "Traceback" not in err, err
     match = re.fullmatch(r"jaxdllm train: interrupted at step (\d+); checkpoint saved; the same command resumes "
                          r"from the last checkpoint", last)
     assert match, last
@@ -264,3 +265,16 @@ def test_ctrl_c_in_train_saves_the_step_and_the_same_command_resumes(tmp_path):
     out = subprocess.run([*command, "--steps", str(step + 2)], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and f"resumed from step {step}" in out.stdout, out.stderr
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(1, step + 3))
+
+
+def test_without_matplotlib_eval_reports_only_what_it_wrote(tmp_path):
+    script = ("import sys; sys.modules['matplotlib'] = None; "  # as if the eval extra were not installed
+              "from jaxdllm.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-c", script, "eval", "--tasks", "copy", "--n", "2", "--batch-size", "2",
+                          "--no-progress", "--out", str(tmp_path / "ev")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == f"wrote {tmp_path / 'ev' / 'eval.json'}"
+    assert '.[eval]' in out.stderr and "not written" in out.stderr
+    assert not (tmp_path / "ev" / "pareto.png").exists()
