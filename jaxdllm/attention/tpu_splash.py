@@ -209,16 +209,23 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         kv_seg = _pad_to(jnp.asarray(mask.kv_segment_ids, jnp.int32), kv_pad, 1)
 
     run = functools.partial(_local_attention, plan)
+    args = (qt, kt, vt, q_seg, kv_seg, dyn)
     mesh = jax.sharding.get_abstract_mesh()
+    explicit = False
     if not mesh.empty and mesh.size > 1:
         rows, heads = _shard_specs(mesh, b, h, hkv)
         qkv = PartitionSpec(rows, heads, None, None)
         seg = None if q_seg is None else PartitionSpec(rows, None)
         dyn_spec = None if dyn is None else PartitionSpec(rows if plan.per_row_mask else None, None, None)
-        run = jax.shard_map(run, mesh=mesh, in_specs=(qkv, qkv, qkv, seg, seg, dyn_spec), out_specs=qkv,
-                            check_vma=False)
-    out = run(qt, kt, vt, q_seg, kv_seg, dyn)[:, :, :lq]
+        in_specs = (qkv, qkv, qkv, seg, seg, dyn_spec)
+        explicit = shd.explicit_context() is not None
+        if explicit:  # Explicit axes type every array's sharding: shard_map wants exactly its in_specs
+            args = tuple(None if x is None else jax.reshard(x, spec) for x, spec in zip(args, in_specs))
+        run = jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=qkv, check_vma=False)
+    out = run(*args)[:, :, :lq]
     out = jnp.swapaxes(out, 1, 2)                                                  # [B, Lq, H, D]
+    if explicit:  # back to the caller's sharding of q
+        out = jax.reshard(out, jax.typeof(q).sharding.spec)
     if mask.q_segment_ids is not None or not static:  # rows that may see no key at all
         any_visible = mask.dense(lq, lk).any(-1)                                   # [B or 1, Lq]
         out = jnp.where(any_visible[:, :, None, None], out, 0)

@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jaxdllm import sharding as shd
 from jaxdllm.attention import tiles
 from jaxdllm.attention.mask import MaskSpec
 from jaxdllm.errors import ConfigError
@@ -372,6 +373,9 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
       `[B, Lq, H, D]` in `q.dtype`; zeros for a query with no visible key. Differentiable
       in q, k, v through the tile-skipping backward kernels.
     """
+    if shd.explicit_context() is not None:  # the kernel does not read shardings: run it with the axes in Auto mode
+        body = functools.partial(flash_attention, scale=scale, block_sizes=block_sizes, interpret=interpret)
+        return jax.sharding.auto_axes(body, out_sharding=jax.typeof(q).sharding.spec)(q, k, v, mask)
     blocks = block_sizes or BlockSizes.for_mask(mask, q.dtype)
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
