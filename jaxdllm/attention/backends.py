@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.attention.mask import MaskSpec
+from jaxdllm.attention.platform import target_platform
 from jaxdllm.attention.reference import reference_attention, xla_attention
 from jaxdllm.attention.tpu_splash import splash_attention
 from jaxdllm.attention.triton_flash import flash_attention
@@ -90,11 +91,12 @@ def implementations() -> tuple[str, ...]:
 
 def resolve_impl(impl: str, backend: str | None = None, mask: MaskSpec | None = None, q: jax.Array | None = None,
                  k: jax.Array | None = None) -> str:
-    """The registered backend `impl` names on platform `backend` (default: JAX's default backend)
-    for a call with `mask`, `q` and `k` (the GPU's choice depends on them)."""
+    """The registered backend `impl` names on platform `backend` (default: `target_platform()`, the
+    platform being compiled for) for a call with `mask`, `q` and `k` (the GPU's choice depends on
+    them)."""
     if impl not in implementations():
         raise ConfigError(f"attention impl must be one of {implementations()}, got {impl!r}")
-    platform = backend or jax.default_backend()
+    platform = backend or target_platform()
     if impl == "auto":
         choice = AUTO.get(platform, AUTO_FALLBACK)
         return choice(mask, q, k) if callable(choice) else choice

@@ -45,6 +45,7 @@ from jax.sharding import PartitionSpec
 
 from jaxdllm import sharding as shd
 from jaxdllm.attention.mask import MaskSpec
+from jaxdllm.attention.platform import target_platform
 from jaxdllm.attention.reference import xla_attention
 
 MIN_QUERY_BLOCK = 128   # shorter query blocks go to XLA
@@ -189,7 +190,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
     mask.check_inputs(q, k)
     if lq < MIN_QUERY_BLOCK:
         return xla_attention(q, k, v, mask, scale=scale)
-    interpret = jax.default_backend() != "tpu" if interpret is None else interpret
+    interpret = target_platform() != "tpu" if interpret is None else interpret
     q_off, prefix = _static_int(mask.q_offset), _static_int(mask.prefix_len)
     static = q_off is not None and (prefix is not None or mask.kind != "jacobi_forcing")
     q_pad, kv_pad = _round_up(lq, _LANES), _round_up(lk, _LANES)

@@ -29,6 +29,7 @@ from jax.experimental import pallas as pl
 from jaxdllm import sharding as shd
 from jaxdllm.attention import tiles
 from jaxdllm.attention.mask import MaskSpec
+from jaxdllm.attention.platform import target_platform
 from jaxdllm.errors import ConfigError
 
 LOG2E = math.log2(math.e)
@@ -380,7 +381,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
     mask.check_inputs(q, k)
-    interpret = jax.default_backend() == "cpu" if interpret is None else interpret
+    interpret = target_platform() == "cpu" if interpret is None else interpret
     has_seg = mask.q_segment_ids is not None
     per_row = has_seg or jnp.ndim(mask.prefix_len) == 1
     st = _Static(kind=mask.kind, block_size=mask.block_size,

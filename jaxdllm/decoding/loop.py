@@ -23,9 +23,8 @@ def _merge(filter_def, filter_state):
     return None if filter_def is None else nnx.merge(filter_def, filter_state)
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def decode(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
-           filter_def=None):
+def _decode(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
+            filter_def=None):
     """The whole generation: `init`, then `step` while any row is decoding. Returns the final
     `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done)."""
     model = nnx.merge(graphdef, params)
@@ -35,6 +34,15 @@ def decode(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, 
     limit = method.max_steps(config)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
                               lambda s: method.step(model, s, view, lay, config, learned_filter), state)
+
+
+decode = jax.jit(_decode, static_argnames=_STATIC)
+
+
+def decode_to_export():
+    """A new jit of `decode` with a trace cache of its own: a program lowered for another platform
+    (`Sampler.export`) is never reused by a run on this machine."""
+    return jax.jit(functools.partial(_decode), static_argnames=_STATIC)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config"))

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
-from jaxdllm.decoding.loop import decode, decode_stepwise
+from jaxdllm.decoding.loop import decode, decode_stepwise, decode_to_export
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
 from jaxdllm.errors import ConfigError, ConfigTypeError, DeviceMemoryError, InputError, out_of_memory_message
@@ -234,6 +234,40 @@ class Sampler:
             if memory is None:
                 raise
             raise DeviceMemoryError(memory) from e
+
+    def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
+        """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on
+        any machine: the attention kernels are lowered as they would be there (Mosaic splash on
+        TPU), for the mesh the parameters are placed on. The sampler may hold abstract parameters
+        (`jaxdllm.lowering.abstract_model`): no weights are needed.
+
+        Args:
+          input_shape: `(B, Lp)` of the prompts (B a multiple of the mesh's batch axes).
+          config: the `SamplerConfig` to lower.
+          platform: the target platform.
+
+        Returns:
+          A `jax.export.Exported` (`.mlir_module()` is the StableHLO text).
+        """
+        from jaxdllm.attention.platform import exporter, lowering_for
+
+        if not isinstance(config, SamplerConfig):
+            raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+        ids = np.ones(input_shape, np.int32)  # placeholder prompts: only their shape is lowered
+        p = prepare(self.model_config, ids, None, config, self._row_multiple)
+
+        def spec(host: np.ndarray):
+            sharding = None
+            if self._batch_sharding is not None:
+                sharding = NamedSharding(self._batch_sharding.mesh,
+                                         PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1))))
+            return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=sharding)
+
+        key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
+        with _decoding_mesh(self._mesh), lowering_for(platform):
+            return exporter(decode_to_export(), platform)(
+                self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None,
+                method=method_of(config), lay=p.lay, config=config, filter_def=None)
 
     def _sizes(self, p: Prepared) -> str:
         """What a decoding call holds, for an out-of-memory message."""

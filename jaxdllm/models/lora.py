@@ -33,7 +33,7 @@ def _split_dims(e: Einsum) -> tuple[int, int, int]:
     x_spec, rest = e.eqn.split(",")
     kernel_spec = rest.split("->")[0]
     n_in = sum(c in x_spec for c in kernel_spec)
-    lead = e.kernel[...].ndim - len(kernel_spec)
+    lead = len(e.kernel.get_value().shape) - len(kernel_spec)
     return lead, n_in, len(kernel_spec) - n_in
 
 
@@ -47,7 +47,7 @@ def add_lora(model: nnx.Module, rank: int, alpha: float, targets=TARGETS, *, key
     """Attach LoRA adapters (float32) to every projection named in `targets`, in place; returns `model`."""
     for path, e in _targets(model, targets):
         lead, n_in, _ = _split_dims(e)
-        shape, axes = e.kernel[...].shape, e.kernel.get_metadata().get("logical_axes")
+        shape, axes = e.kernel.get_value().shape, e.kernel.get_metadata().get("logical_axes")
         axes = axes or (None,) * len(shape)
         in_shape, out_shape = shape[lead:lead + n_in], shape[lead + n_in:]
         draw = lambda p: jax.random.normal(_adapter_key(key, p), (*in_shape, rank), jnp.float32)

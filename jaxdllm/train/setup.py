@@ -146,7 +146,7 @@ def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed
     shardings = lambda state: _pure(shd.state_shardings(state, mesh))
     t_shard, f_shard = shardings(trainable), shardings(frozen)
     return SplitModel(graphdef=graphdef, trainable_template=abstract(trainable), frozen_template=abstract(frozen),
-                      trainable=jax.device_put(_pure(trainable), t_shard), frozen=jax.device_put(_pure(frozen), f_shard),
+                      trainable=_placed(_pure(trainable), t_shard), frozen=_placed(_pure(frozen), f_shard),
                       trainable_shardings=t_shard, frozen_shardings=f_shard, plain_graphdef=plain_graphdef,
                       plain_template=plain_template)
 
@@ -167,13 +167,25 @@ def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformatio
     return optax.chain(*chain), schedule
 
 
+def _placed(values: dict, shardings: dict) -> dict:
+    """`values` put on their shardings; abstract values (`jax.ShapeDtypeStruct`, a model made
+    by `jaxdllm.lowering.abstract_model`) only carry them."""
+    def one(x, sharding):
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+        return jax.device_put(x, sharding)
+    return jax.tree.map(one, values, shardings)
+
+
 def init_optimizer(tx: optax.GradientTransformation, trainable: dict, mesh: Mesh):
     """`(opt_state, shardings)`: moments follow their parameters; scalars (step counts) are
-    replicated on the mesh."""
+    replicated on the mesh. Abstract `trainable` gives an abstract state."""
     replicated = NamedSharding(mesh, PartitionSpec())
     init = jax.jit(tx.init)
     shardings = jax.tree.map(lambda s: s if isinstance(s, NamedSharding) and s.mesh == mesh else replicated,
                              init.lower(trainable).compile().output_shardings)
+    if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(trainable)):
+        return _placed(jax.eval_shape(tx.init, trainable), shardings), shardings
     return jax.device_put(init(trainable), shardings), shardings
 
 

@@ -1,0 +1,116 @@
+"""Every program a TPU (or GPU) user runs, lowered for that platform on this CPU with
+`jax.export`: the compiled decoding loop per preset at real 7-8B shapes on the meshes a v5e-8 or a
+single chip gives, and one training step per objective. No weights: the parameters are shapes
+and shardings (`jaxdllm.lowering.abstract_model`). Each program must lower, hold the splash
+Mosaic kernel (TPU) or the Triton kernel (CUDA) where attention runs over 128 or more queries,
+and hold no host callback."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdllm import ModelConfig, SamplerConfig, generate, sharding
+from jaxdllm.decoding import Sampler
+from jaxdllm.lowering import abstract_model, export_train_step, program_facts
+from jaxdllm.train import TrainConfig
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+
+MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-prefix": "llada-8b",
+            "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
+            "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "block-diffusion": "fast-dllm-v2-7b"}
+MESHES = [(1, 1, 1), (1, 4, 2), (2, 2, 2), (1, 8, 1)]   # (data, fsdp, tensor): one chip, and v5e-8 layouts
+
+
+def _sampler(preset: str) -> SamplerConfig:
+    if preset == "block-diffusion":  # Fast-dLLM v2: blocks of its block size, threshold decoding
+        return SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.9)
+    return SamplerConfig.preset(preset)
+
+
+def _export_decode(preset: str, mesh_shape, platform="tpu", impl="auto"):
+    data, fsdp, tensor = mesh_shape
+    mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
+    config = ModelConfig.preset(MODEL_OF[preset], attention_impl=impl)
+    return program_facts(Sampler(abstract_model(config, mesh)).export((8, 128), _sampler(preset), platform=platform))
+
+
+def _check(facts, platform="tpu"):
+    assert facts["platforms"] == [platform] and facts["while_loops"] >= 1
+    assert facts["host_callbacks"] == 0
+    kernels = facts["mosaic_kernels"] if platform == "tpu" else facts["triton_kernels"]
+    assert kernels >= 1, facts
+
+
+# The default run: every preset family on the v5e-8 layout, and every mesh with one preset.
+DEFAULT = [(p, (1, 4, 2)) for p in ("llada", "fast-dllm-dual", "fast-dllm-prefix", "dparallel", "jacobi",
+                                    "jacobi-forcing", "block-diffusion")]
+DEFAULT += [("llada", m) for m in MESHES if m != (1, 4, 2)]
+SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES if (p, m) not in DEFAULT]
+
+
+@pytest.mark.parametrize("preset,mesh_shape", DEFAULT + SLOW,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
+    _check(_export_decode(preset, mesh_shape))
+
+
+@pytest.mark.parametrize("preset", ["llada", pytest.param("jacobi-forcing", marks=pytest.mark.slow)])
+def test_the_decoding_loop_lowers_for_cuda_with_the_triton_kernel(preset):
+    _check(_export_decode(preset, (1, 8, 1), platform="cuda"), platform="cuda")
+
+
+def test_lowering_for_tpu_leaves_this_machines_runs_alone():
+    """A program traced for a TPU is never reused on the CPU: the same model and settings still
+    decode here, with the same tokens, after an export."""
+    from flax import nnx
+
+    from jaxdllm import Transformer
+
+    config = ModelConfig.preset("tiny-llada", max_position=512)
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    ids = np.random.default_rng(0).integers(5, 100, (2, 128)).astype(np.int32)
+    sampler_config = SamplerConfig(gen_length=128, block_length=128, steps=4)
+    before = generate(model, ids, sampler_config)
+    facts = program_facts(Sampler(model).export(ids.shape, sampler_config, platform="tpu"))
+    assert facts["mosaic_kernels"] >= 1
+    after = generate(model, ids, sampler_config)
+    np.testing.assert_array_equal(after.tokens, before.tokens)
+
+
+def _recipe(objective: dict, grad_accum: int = 1, lora_rank: int = 0) -> TrainConfig:
+    data = {"source": "trajectories", "path": "never-read.jsonl"} if objective["kind"] == "jacobi_forcing" else {}
+    return TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "objective": objective, "data": data,
+                                  "optim": {"grad_accum": grad_accum}, "lora": {"rank": lora_rank}})
+
+
+OBJECTIVES = {  # objective -> (model preset, recipe section)
+    "mdm_sft": ("llada-8b", {"kind": "mdm_sft"}),
+    "mdm_pretrain": ("llada-8b", {"kind": "mdm_pretrain"}),
+    "certainty_forcing": ("llada-8b", {"kind": "certainty_forcing"}),
+    "block_diffusion": ("fast-dllm-v2-7b", {"kind": "block_diffusion", "block_size": 32}),
+    "causal_lm": ("qwen2.5-7b", {"kind": "causal_lm"}),
+    "jacobi_forcing": ("qwen2.5-7b", {"kind": "jacobi_forcing"}),
+}
+
+
+@pytest.mark.parametrize("objective", [o if o in ("mdm_sft", "jacobi_forcing") else pytest.param(o, marks=pytest.mark.slow)
+                                       for o in OBJECTIVES])
+def test_a_training_step_lowers_for_tpu_at_real_shapes(objective):
+    """Forward and backward with splash (`interpret=False`) on a v5e-8 layout (fsdp 8), AdamW
+    state sharded like the parameters."""
+    preset, section = OBJECTIVES[objective]
+    mesh = sharding.make_mesh(data=1, fsdp=8, tensor=1)
+    config = ModelConfig.preset(preset, attention_impl="splash")
+    facts = program_facts(export_train_step(_recipe(section), config, mesh, rows=8, seq_len=512))
+    assert facts["platforms"] == ["tpu"] and facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
+
+
+def test_a_lora_step_with_accumulation_lowers_for_tpu():
+    """LoRA adapters and gradient accumulation (a scan over micro-batches), at 8B width with 2
+    layers (the adapters are real arrays, drawn on the host)."""
+    mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+    config = ModelConfig.preset("llada-8b", attention_impl="splash", num_layers=2)
+    recipe = _recipe({"kind": "certainty_forcing"}, grad_accum=2, lora_rank=16)
+    facts = program_facts(export_train_step(recipe, config, mesh, rows=8, seq_len=256))
+    assert facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
