@@ -57,7 +57,13 @@ def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
 
 @pytest.mark.parametrize("preset", ["llada", pytest.param("jacobi-forcing", marks=pytest.mark.slow)])
 def test_the_decoding_loop_lowers_for_cuda_with_the_triton_kernel(preset):
-    _check(_export_decode(preset, (1, 8, 1), platform="cuda"), platform="cuda")
+    try:
+        facts = _export_decode(preset, (1, 8, 1), platform="cuda")
+    except RuntimeError as e:  # newer JAX lowers Pallas Triton only with a GPU device present
+        if "No supported GPU devices found" not in str(e):
+            raise
+        pytest.skip(f"jax {jax.__version__} cannot lower the Triton kernel without a GPU")
+    _check(facts, platform="cuda")
 
 
 def test_lowering_for_tpu_leaves_this_machines_runs_alone():
