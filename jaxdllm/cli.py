@@ -234,8 +234,33 @@ def _inspect(args) -> int:
         logits = model(jnp.zeros((1, 4), jnp.int32))
         summary["loaded"] = True
         summary["logits_finite"] = bool(jnp.isfinite(logits).all())
+    if args.plan:
+        summary["memory_plan"] = _memory_plans(config, args)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _memory_plans(config, args) -> dict:
+    """`inspect --plan`: per-device bytes of sampling on each named runtime (`jaxdllm.memory_plan`)."""
+    from jaxdllm.decoding import SamplerConfig
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.memory_plan import GIB, RUNTIMES, runtime_mesh, sampling_plan
+
+    names = list(RUNTIMES) if args.plan == "all" else args.plan.split(",")
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown:
+        raise ConfigError(f"--plan: unknown runtime(s) {unknown}; known: {list(RUNTIMES)} or all")
+    sampler = SamplerConfig.preset(args.plan_preset)
+    out = {}
+    for name in names:
+        runtime = RUNTIMES[name]
+        batch = max(args.plan_batch, runtime.devices)
+        plan = sampling_plan(config, sampler, batch=batch, prompt_len=args.plan_prompt,
+                             mesh=runtime_mesh(runtime), dtype=args.plan_dtype)
+        out[name] = {"hbm_gib_per_device": runtime.hbm_gib, "fits": plan.fits(runtime),
+                     **{f"{k}_gib": round(v / GIB, 2) for k, v in plan.terms.items()},
+                     "total_gib": round(plan.total / GIB, 2), "batch": batch, "mesh": plan.mesh}
+    return out
 
 
 def _convert(args) -> int:
@@ -408,6 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="show a checkpoint's config and parameter count")
     p.add_argument("path", help="Hugging Face checkpoint directory")
     p.add_argument("--load", action="store_true", help="also load every tensor and run one forward")
+    p.add_argument("--plan", metavar="RUNTIMES", help="per-device memory of sampling on TPU runtimes: names "
+                                                      "(v5e-1,v6e-1,v2-8,v5e-8,v4-32,v5p-8) or all")
+    p.add_argument("--plan-preset", dest="plan_preset", default="fast-dllm-dual", help="sampler preset of --plan")
+    p.add_argument("--plan-batch", dest="plan_batch", type=int, default=1,
+                   help="rows of --plan (at least one per device)")
+    p.add_argument("--plan-prompt", dest="plan_prompt", type=int, default=256, help="prompt length of --plan")
+    p.add_argument("--plan-dtype", dest="plan_dtype", choices=DTYPES, default=None,
+                   help="weight dtype of --plan (default: the checkpoint's)")
     p.set_defaults(func=_inspect)
     p = sub.add_parser("convert", help="load a checkpoint and write it back (cast / re-shard / orbax)")
     p.add_argument("src")

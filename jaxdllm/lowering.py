@@ -58,24 +58,10 @@ def program_facts(exported) -> dict:
             "bytes": len(text)}
 
 
-def export_train_step(recipe, model_config: ModelConfig, mesh, *, rows: int, seq_len: int, platform: str = "tpu"):
-    """Lower one optimizer step of `recipe` (a `jaxdllm.train.TrainConfig`: its objective,
-    optimizer, LoRA and accumulation) for a `model_config` model on `mesh`, for `platform`,
-    without weights.
-
-    Args:
-      recipe: the training recipe (its `[model]` section is replaced by `model_config`).
-      model_config: the model to train (e.g. `ModelConfig.preset("llada-8b")`).
-      mesh: a `(data, fsdp, tensor)` mesh (fake CPU devices will do).
-      rows, seq_len: the global batch `[rows, seq_len]` (rows a multiple of data x fsdp x grad_accum).
-      platform: "tpu", "cuda" or "cpu".
-
-    Returns:
-      A `jax.export.Exported` of `step(trainable, frozen, opt_state, batch, key)`.
-    """
+def _train_step_call(recipe, model_config: ModelConfig, mesh, rows: int, seq_len: int):
+    """`(mesh, jitted step, abstract args)` of one training step of `recipe`."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from jaxdllm.attention.platform import exporter, lowering_for
     from jaxdllm.data import BATCH_KEYS
     from jaxdllm.train import setup
     from jaxdllm.train.objectives import make_objective
@@ -91,5 +77,33 @@ def export_train_step(recipe, model_config: ModelConfig, mesh, *, rows: int, seq
                            skip_nan=recipe.train.on_nan == "skip")
     batch = {k: jax.ShapeDtypeStruct((rows, seq_len), np.int32, sharding=batch_sharding(mesh)) for k in BATCH_KEYS}
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=NamedSharding(mesh, PartitionSpec()))
+    return mesh, step, (split.trainable, split.frozen, opt_state, batch, key)
+
+
+def export_train_step(recipe, model_config: ModelConfig, mesh, *, rows: int, seq_len: int, platform: str = "tpu"):
+    """Lower one optimizer step of `recipe` (a `jaxdllm.train.TrainConfig`: its objective,
+    optimizer, LoRA and accumulation) for a `model_config` model on `mesh`, for `platform`,
+    without weights.
+
+    Args:
+      recipe: the training recipe (its `[model]` section is replaced by `model_config`).
+      model_config: the model to train (e.g. `ModelConfig.preset("llada-8b")`).
+      mesh: a `(data, fsdp, tensor)` mesh (fake CPU devices will do).
+      rows, seq_len: the global batch `[rows, seq_len]` (rows a multiple of data x fsdp x grad_accum).
+      platform: "tpu", "cuda" or "cpu".
+
+    Returns:
+      A `jax.export.Exported` of `step(trainable, frozen, opt_state, batch, key)`.
+    """
+    from jaxdllm.attention.platform import exporter, lowering_for
+
+    mesh, step, args = _train_step_call(recipe, model_config, mesh, rows, seq_len)
     with jax.set_mesh(mesh), lowering_for(platform):
-        return exporter(step, platform)(split.trainable, split.frozen, opt_state, batch, key)
+        return exporter(step, platform)(*args)
+
+
+def lower_train_step(recipe, model_config: ModelConfig, mesh, *, rows: int, seq_len: int):
+    """The same step lowered for this machine (`jax.stages.Lowered`; `.compile().memory_analysis()`)."""
+    mesh, step, args = _train_step_call(recipe, model_config, mesh, rows, seq_len)
+    with jax.set_mesh(mesh):
+        return step.lower(*args)

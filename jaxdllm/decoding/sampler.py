@@ -235,6 +235,24 @@ class Sampler:
                 raise
             raise DeviceMemoryError(memory) from e
 
+    def _abstract_call(self, input_shape: tuple[int, int], config: SamplerConfig):
+        """`(args, kwargs)` of `decode` for prompts of `input_shape`, as shapes and shardings."""
+        if not isinstance(config, SamplerConfig):
+            raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+        ids = np.ones(input_shape, np.int32)  # placeholder prompts: only their shape is lowered
+        p = prepare(self.model_config, ids, None, config, self._row_multiple)
+
+        def spec(host: np.ndarray):
+            sharding = None
+            if self._batch_sharding is not None:
+                sharding = NamedSharding(self._batch_sharding.mesh,
+                                         PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1))))
+            return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=sharding)
+
+        key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
+        args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
+        return args, dict(method=method_of(config), lay=p.lay, config=config, filter_def=None)
+
     def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
         """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on
         any machine: the attention kernels are lowered as they would be there (Mosaic splash on
@@ -251,23 +269,16 @@ class Sampler:
         """
         from jaxdllm.attention.platform import exporter, lowering_for
 
-        if not isinstance(config, SamplerConfig):
-            raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
-        ids = np.ones(input_shape, np.int32)  # placeholder prompts: only their shape is lowered
-        p = prepare(self.model_config, ids, None, config, self._row_multiple)
-
-        def spec(host: np.ndarray):
-            sharding = None
-            if self._batch_sharding is not None:
-                sharding = NamedSharding(self._batch_sharding.mesh,
-                                         PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1))))
-            return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=sharding)
-
-        key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
+        args, kwargs = self._abstract_call(input_shape, config)
         with _decoding_mesh(self._mesh), lowering_for(platform):
-            return exporter(decode_to_export(), platform)(
-                self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None,
-                method=method_of(config), lay=p.lay, config=config, filter_def=None)
+            return exporter(decode_to_export(), platform)(*args, **kwargs)
+
+    def lower(self, input_shape: tuple[int, int], config: SamplerConfig):
+        """The loop lowered for this machine (`jax.stages.Lowered`): `.compile().memory_analysis()`
+        gives XLA's byte counts for prompts of `input_shape` (see `jaxdllm.memory_plan`)."""
+        args, kwargs = self._abstract_call(input_shape, config)
+        with _decoding_mesh(self._mesh):
+            return decode_to_export().lower(*args, **kwargs)
 
     def _sizes(self, p: Prepared) -> str:
         """What a decoding call holds, for an out-of-memory message."""

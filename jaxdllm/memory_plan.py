@@ -1,0 +1,246 @@
+"""How many bytes a model needs per device, from shapes and shardings alone: for sampling with a
+preset, and for a training step of a recipe, on a named TPU runtime or any mesh.
+
+Nothing is allocated: the parameters come from `nnx.eval_shape`, their per-device share from the
+sharding rules (`jaxdllm.sharding.logical_to_spec`) on a mesh given by its axis sizes, so a plan
+for a v5e-8 is computed on a laptop. The activation terms are estimates of the largest buffers
+XLA keeps (see `sampling_plan` and `training_plan`); `sampling/memory_plan_check.py` compares
+them with XLA's own `compiled.memory_analysis()` at small sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxdllm import sharding as shd
+from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.config import ModelConfig
+
+GIB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """A TPU runtime: `devices` JAX devices of `hbm_gib` each, on a host with `host_ram_gib`."""
+
+    name: str
+    devices: int
+    hbm_gib: float
+    host_ram_gib: float
+    note: str = ""
+
+
+# Per JAX device (a v2 core, a v4/v5p megacore chip, a v5e/v6e chip). Colab's TPU runtimes are
+# v5e-1, v6e-1 and the legacy v2-8; a process is killed past about 12 GiB of host RAM there.
+RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
+    Runtime("v5e-1", 1, 16, 12, "Colab TPU v5e-1"),
+    Runtime("v6e-1", 1, 32, 12, "Colab TPU v6e-1"),
+    Runtime("v2-8", 8, 8, 12, "Colab's legacy TPU v2-8 (4 chips, 8 cores)"),
+    Runtime("v5e-8", 8, 16, 188, "Cloud TPU v5e-8"),
+    Runtime("v4-32", 16, 32, 400, "Cloud TPU v4-32 (16 chips)"),
+    Runtime("v5p-8", 4, 95, 400, "Cloud TPU v5p-8 (4 chips)"),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshShape:
+    """The sizes of the `(data, fsdp, tensor)` mesh axes; no devices needed."""
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    def __post_init__(self):
+        for name in ("data", "fsdp", "tensor"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"mesh {name} must be a positive integer, got {value!r}")
+
+    @property
+    def shape(self) -> dict[str, int]:  # what `logical_to_spec` reads of a mesh
+        return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+
+    @property
+    def size(self) -> int:
+        return self.data * self.fsdp * self.tensor
+
+    @property
+    def batch_shards(self) -> int:
+        return self.data * self.fsdp
+
+    def __str__(self) -> str:
+        return f"{self.data}x{self.fsdp}x{self.tensor}"
+
+
+def _itemsize(dtype: str) -> int:
+    return np.dtype(jax.numpy.dtype(dtype)).itemsize
+
+
+def _shards(spec, mesh: MeshShape) -> int:
+    count = 1
+    for entry in spec:
+        for axis in (() if entry is None else (entry,) if isinstance(entry, str) else entry):
+            count *= mesh.shape[axis]
+    return count
+
+
+def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: str | None = None,
+                    rules=shd.DEFAULT_RULES) -> int:
+    """Bytes of the parameters on the most loaded device: each tensor's size over the mesh axes
+    its logical axes map to (replicated where they do not divide), in `dtype` (default: the
+    config's `param_dtype`)."""
+    model = nnx.eval_shape(lambda: _transformer(config))
+    _, state = nnx.split(model)
+    total = 0
+    for var in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+        value = var.get_value()
+        axes = getattr(var, "logical_axes", None) or (None,) * len(value.shape)
+        spec = shd.logical_to_spec(tuple(axes), tuple(value.shape), mesh, rules)
+        size = math.prod(value.shape)
+        itemsize = _itemsize(dtype) if dtype else value.dtype.itemsize
+        total += -(-size // _shards(spec, mesh)) * itemsize
+    return total
+
+
+def _transformer(config):
+    from jaxdllm.models.transformer import Transformer
+
+    return Transformer(config, rngs=nnx.Rngs(0))
+
+
+def _local(n: int, shards: int) -> int:
+    """`n` split over `shards` devices (not split where it does not divide, as the rules do)."""
+    return n // shards if n % shards == 0 else n
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """Per-device bytes by term (`terms`), their `total`, and what it was computed for."""
+
+    what: str
+    mesh: str
+    terms: dict
+    notes: tuple = ()
+
+    @property
+    def total(self) -> int:
+        return sum(self.terms.values())
+
+    def fits(self, runtime: Runtime, headroom: float = 0.9) -> bool:
+        """Whether the total fits in `headroom` of one device's HBM (XLA keeps some for itself)."""
+        return self.total <= headroom * runtime.hbm_gib * GIB
+
+    def table(self) -> str:
+        """The terms in GiB, one per line."""
+        rows = [f"{name:>22s}  {value / GIB:8.2f} GiB" for name, value in self.terms.items()]
+        return "\n".join([f"{self.what} on mesh {self.mesh} (per device)", *rows,
+                          f"{'total':>22s}  {self.total / GIB:8.2f} GiB"])
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "mesh": self.mesh, "terms_bytes": dict(self.terms), "total_bytes": self.total,
+                "total_gib": round(self.total / GIB, 3), "notes": list(self.notes)}
+
+
+def _flash(config: ModelConfig, platform: str) -> bool:
+    """Whether attention runs in a tiled kernel (no `[Lq, Lk]` score matrix kept)."""
+    if config.attention_impl in ("splash", "pallas", "cudnn"):
+        return True
+    return config.attention_impl == "auto" and platform in ("tpu", "gpu")
+
+
+def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, prompt_len: int,
+                  mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu") -> MemoryPlan:
+    """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`.
+
+    Terms: `weights` (in `dtype`, default the config's `param_dtype`); `kv_cache` (prefix/dual
+    caches and Jacobi: K and V of every layer over the canvas); `logits` (float32 over the
+    decoded span, and their probabilities); `activations` (the largest layer of the widest
+    forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
+    `platform`); `decode_state` (canvas, commit steps and masks).
+    """
+    c = dataclasses.replace(config, param_dtype=dtype) if dtype else config
+    act = _itemsize(c.dtype)
+    rows = _local(batch, mesh.batch_shards)
+    total = prompt_len + sampler.gen_length
+    kv_local = _local(c.num_kv_heads, mesh.tensor)
+    heads_local = _local(c.num_heads, mesh.tensor)
+    cached = sampler.cache.name != "none" or sampler.policy.name == "jacobi"
+    span = sampler.block_length
+    terms = {
+        "weights": parameter_bytes(c, mesh),
+        "kv_cache": 2 * c.num_layers * rows * total * kv_local * c.head_dim * act if cached else 0,
+        "logits": 2 * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
+        "activations": (rows * total * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
+                        + (0 if _flash(c, platform) else rows * heads_local * total * total * 4)),
+        "decode_state": rows * total * 16,
+    }
+    notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)
+    return MemoryPlan(f"sampling {sampler.policy.name}/{sampler.cache.name}, batch {batch}, prompt {prompt_len}"
+                      f" + {sampler.gen_length}", str(mesh), terms, notes)
+
+
+def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(), rows: int | None = None,
+                  seq_len: int | None = None, platform: str = "tpu") -> MemoryPlan:
+    """Per-device bytes of one training step of `recipe` (a `TrainConfig`) for `config`.
+
+    Terms: `weights` (the master copy in the recipe's `param_dtype`, float32 by default);
+    `gradients` and `adam_moments` (float32, of the trainable parameters: all of them, or the
+    LoRA adapters); `activations` (what the backward pass keeps per layer of each micro-batch:
+    about 6 embed-wide and 3 MLP-wide tensors per token, plus the `[L, L]` scores unless
+    attention is a tiled kernel, halved by each view of certainty forcing); `logits`
+    (float32 logits, probabilities and their gradient over the micro-batch).
+    """
+    param_dtype = recipe.model.overrides.get("param_dtype", "float32") if recipe.model.overrides else "float32"
+    c = dataclasses.replace(config, param_dtype=param_dtype, dtype=recipe.train.compute_dtype)
+    rows = rows or recipe.data.batch_size
+    seq_len = seq_len or recipe.data.seq_len
+    micro = _local(rows // recipe.optim.grad_accum, mesh.batch_shards)
+    act = _itemsize(c.dtype)
+    weights = parameter_bytes(c, mesh)
+    if recipe.lora.enabled:
+        trainable = _lora_bytes(c, recipe.lora, mesh)
+    else:
+        trainable = parameter_bytes(c, mesh, dtype="float32")
+    views = 2 if recipe.objective.kind == "certainty_forcing" else 1
+    heads_local = _local(c.num_heads, mesh.tensor)
+    per_layer = micro * seq_len * (10 * c.embed_dim + 5 * _local(c.mlp_dim, mesh.tensor)) * act
+    if not _flash(c, platform):  # scores and probabilities
+        per_layer += 2 * micro * heads_local * seq_len * seq_len * 4
+    if recipe.lora.enabled:  # each adapted projection keeps its float32 `x A` and `(x A) B` for the backward
+        widths = _projection_widths(c)
+        per_layer += micro * seq_len * sum(widths[t][1] + recipe.lora.rank for t in recipe.lora.targets) * 4
+    saved_layers = 1 if getattr(c, "remat", "none") != "none" else c.num_layers
+    terms = {"weights": weights + (trainable if recipe.lora.enabled else 0),
+             "gradients": trainable, "adam_moments": 2 * trainable,
+             "activations": views * saved_layers * per_layer,
+             "logits": views * 3 * micro * seq_len * _local(c.vocab_size, mesh.tensor) * 4}
+    notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)
+    return MemoryPlan(f"training {recipe.objective.kind}{' + LoRA' if recipe.lora.enabled else ''}, "
+                      f"{rows} x {seq_len} tokens, accumulation {recipe.optim.grad_accum}", str(mesh), terms, notes)
+
+
+def _projection_widths(config: ModelConfig) -> dict[str, tuple[int, int]]:
+    """`(inputs, outputs)` of each projection LoRA can adapt."""
+    e, h, kv, d, m = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim, config.mlp_dim
+    return {"q": (e, h * d), "k": (e, kv * d), "v": (e, kv * d), "o": (h * d, e), "gate": (e, m), "up": (e, m),
+            "down": (m, e)}
+
+
+def _lora_bytes(config: ModelConfig, lora, mesh: MeshShape) -> int:
+    """float32 bytes of the LoRA adapters (A: inputs x rank, B: rank x outputs, per projection)."""
+    shapes = _projection_widths(config)
+    per_layer = sum((i + o) * lora.rank for name, (i, o) in shapes.items() if name in lora.targets)
+    return -(-config.num_layers * per_layer * 4 // mesh.fsdp)
+
+
+def runtime_mesh(runtime: Runtime, tensor: int = 1) -> MeshShape:
+    """The runtime's devices as a mesh: `tensor`-way tensor parallel, the rest fsdp."""
+    if runtime.devices % tensor:
+        raise ConfigError(f"{runtime.name} has {runtime.devices} devices, not divisible by tensor={tensor}")
+    return MeshShape(data=1, fsdp=runtime.devices // tensor, tensor=tensor)

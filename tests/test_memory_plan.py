@@ -1,0 +1,70 @@
+"""The memory plan against what JAX and XLA report: per-device parameter bytes against the
+shards a real placement makes, and whole programs against `compiled.memory_analysis()`."""
+
+import jax
+import pytest
+from flax import nnx
+
+from jaxdllm import ModelConfig, SamplerConfig, Transformer, sharding
+from jaxdllm.errors import ConfigError
+from jaxdllm.memory_plan import (GIB, RUNTIMES, MeshShape, parameter_bytes, runtime_mesh, sampling_plan,
+                                 training_plan)
+from jaxdllm.train import TrainConfig
+
+TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, max_position=1024,
+            param_dtype="float32", dtype="float32")
+
+
+@pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2)])
+def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape):
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 (fake) devices")
+    data, fsdp, tensor = mesh_shape
+    config = ModelConfig.preset("tiny-llada", **TINY)
+    mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
+    model = sharding.shard_model(Transformer(config, rngs=nnx.Rngs(0)), mesh)
+    per_device: dict = {}
+    for leaf in jax.tree.leaves(nnx.state(model)):
+        for shard in leaf.addressable_shards:
+            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+    assert parameter_bytes(config, MeshShape(data, fsdp, tensor)) == max(per_device.values())
+
+
+def test_the_plan_is_within_15_percent_of_xla():
+    """Sampling and one training step of a small model, compiled here: the plan's total against
+    XLA's arguments + temporaries + outputs - donated buffers (`sampling/memory_plan_check.py`
+    runs more shapes)."""
+    from jaxdllm.decoding import Sampler
+    from jaxdllm.lowering import abstract_model, lower_train_step
+
+    config = ModelConfig.preset("tiny-llada", **TINY)
+
+    def xla(compiled):
+        m = compiled.memory_analysis()
+        return m.argument_size_in_bytes + m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+    for name in ("llada", "fast-dllm-dual"):
+        sampler = SamplerConfig.preset(name, gen_length=256, block_length=32)
+        got = xla(Sampler(abstract_model(config)).lower((4, 128), sampler).compile())
+        plan = sampling_plan(config, sampler, batch=4, prompt_len=128, platform="cpu").total
+        assert abs(plan / got - 1) < 0.15, (name, plan, got)
+    recipe = TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "data": {"batch_size": 8, "seq_len": 128}})
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    got = xla(lower_train_step(recipe, config, mesh, rows=8, seq_len=128).compile())
+    plan = training_plan(config, recipe, platform="cpu").total
+    assert abs(plan / got - 1) < 0.15, (plan, got)
+
+
+def test_llada_8b_on_the_colab_runtimes():
+    """bf16 LLaDA-8B: 14.9 GiB of weights alone, so a v5e-1 (16 GiB) cannot also hold the
+    decoding state with XLA's headroom; a v6e-1 (32 GiB) can, and a v2-8 or v5e-8 shares it out."""
+    config = ModelConfig.preset("llada-8b")
+    assert parameter_bytes(config) == config.num_params * 2
+    sampler = SamplerConfig.preset("fast-dllm-dual")
+    one = sampling_plan(config, sampler, batch=1, prompt_len=256)
+    assert not one.fits(RUNTIMES["v5e-1"]) and one.fits(RUNTIMES["v6e-1"])
+    eight = sampling_plan(config, sampler, batch=8, prompt_len=256, mesh=runtime_mesh(RUNTIMES["v2-8"]))
+    assert eight.fits(RUNTIMES["v2-8"]) and eight.terms["weights"] < one.terms["weights"] / 7
+    assert one.total / GIB == pytest.approx(sum(one.terms.values()) / GIB)
+    with pytest.raises(ConfigError, match="not divisible"):
+        runtime_mesh(RUNTIMES["v5p-8"], tensor=3)
