@@ -59,6 +59,31 @@ SMALL = jax.default_backend() == "cpu"
 print("JAX", jax.__version__, "|", jax.device_count(), "x", jax.devices()[0].device_kind, "| small size:", SMALL)
 
 # %% [markdown]
+# ## Will it fit? The plan for this runtime, before anything is downloaded
+# `jaxdllm.memory_plan` computes the bytes per device from the model's shapes and the sharding
+# rules: weights, the dual cache's K/V, logits and activations. It picks the mesh (tensor
+# parallel over every chip when the heads divide) and says so when the runtime is too small:
+# LLaDA-8B's bf16 weights alone are 14.9 GiB, more than a v5e-1 (16 GiB) can hold beside the
+# decoding state. A v6e-1 (32 GiB), the v2-8 and a v5e-8 fit.
+
+# %%
+from jaxdllm.memory_plan import DeviceFacts, choose_decoding_setup
+
+G, B = (32, 16) if SMALL else (256, 32)  # generated tokens and block length
+if SMALL:
+    config = jaxdllm.ModelConfig.preset("tiny-llada", vocab_size=101, mask_token_id=3, eos_token_id=2,
+                                        eot_token_id=2, pad_token_id=0, bos_token_id=1)
+else:
+    config = jaxdllm.ModelConfig.preset("llada-8b")  # LLaDA-8B-Instruct's architecture
+facts = DeviceFacts.of_this_machine()
+setup = choose_decoding_setup(config, jaxdllm.SamplerConfig.preset("fast-dllm-dual", gen_length=G, block_length=B),
+                              facts, prompt_len=128)
+print(setup.plan.table())
+print(setup.message)
+if not setup.fits:  # stop here, with the reason, rather than in an out-of-memory error while loading
+    raise SystemExit(setup.message)
+
+# %% [markdown]
 # ## The checkpoint
 # On the TPU: `snapshot_download` (the only cell that reaches the network). On CPU: a tiny random
 # LLaDA in the same Hugging Face layout, with the character tokenizer and a chat template.
@@ -68,8 +93,6 @@ if SMALL:
     from jaxdllm.data import save_char_tokenizer
 
     path = Path("runs/notebook-tiny-llada")
-    config = jaxdllm.ModelConfig.preset("tiny-llada", vocab_size=101, mask_token_id=3, eos_token_id=2,
-                                        eot_token_id=2, pad_token_id=0, bos_token_id=1)
     jaxdllm.save_pretrained(jaxdllm.Transformer(config, rngs=nnx.Rngs(0)), path)
     save_char_tokenizer(path)
     tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
@@ -85,13 +108,13 @@ print(path)
 
 # %% [markdown]
 # ## Load onto every chip
-# Tensor parallel over all chips (LLaDA-8B's 32 heads divide 8 chips; 2 GB of weights per chip on
-# a v5e-8). Each tensor is read once and placed directly in its shard.
+# On the mesh the plan chose (LLaDA-8B's 32 heads divide 8 chips: 1.9 GiB of weights per chip on a
+# v5e-8 or v2-8). Each tensor is read once and placed directly in its shard.
 
 # %%
-mesh = sharding.make_mesh(data=1, fsdp=1, tensor=jax.device_count())
+mesh = sharding.make_mesh(data=setup.mesh.data, fsdp=setup.mesh.fsdp, tensor=setup.mesh.tensor)
 start = time.perf_counter()
-model = jaxdllm.from_pretrained(path, dtype="bfloat16", mesh=mesh)
+model = jaxdllm.from_pretrained(path, dtype=setup.dtype, mesh=mesh)
 tok = jaxdllm.Tokenizer.from_pretrained(path)
 print(f"{model.config.num_params:,} parameters loaded in {time.perf_counter() - start:.1f} s on mesh {dict(mesh.shape)}")
 
@@ -105,7 +128,6 @@ print(ids.shape[1], "prompt tokens")
 # timed on its second call (the first compiles the loop).
 
 # %%
-G, B = (32, 16) if SMALL else (256, 32)
 configs = {
     "llada": jaxdllm.SamplerConfig.preset("llada", gen_length=G, block_length=B, steps=G),
     "fast-dllm-dual": jaxdllm.SamplerConfig.preset("fast-dllm-dual", gen_length=G, block_length=B),

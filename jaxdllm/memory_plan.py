@@ -244,3 +244,68 @@ def runtime_mesh(runtime: Runtime, tensor: int = 1) -> MeshShape:
     if runtime.devices % tensor:
         raise ConfigError(f"{runtime.name} has {runtime.devices} devices, not divisible by tensor={tensor}")
     return MeshShape(data=1, fsdp=runtime.devices // tensor, tensor=tensor)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFacts:
+    """What a runtime offers: JAX's `device_kind`, the device count, and each device's memory
+    (None where JAX does not report it, e.g. on a CPU)."""
+
+    kind: str
+    count: int
+    bytes_per_device: int | None
+
+    @classmethod
+    def of_this_machine(cls) -> "DeviceFacts":
+        """The facts of `jax.devices()`: kind, count and `memory_stats()["bytes_limit"]`."""
+        devices = jax.devices()
+        stats = devices[0].memory_stats() or {}
+        return cls(devices[0].device_kind, len(devices), stats.get("bytes_limit"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingSetup:
+    """The mesh and weight dtype `choose_decoding_setup` picked, the plan behind it, and a
+    sentence for the user (`fits` False: nothing fits, and the sentence says what would)."""
+
+    mesh: MeshShape
+    dtype: str
+    plan: MemoryPlan
+    fits: bool
+    message: str
+
+
+def choose_decoding_setup(config: ModelConfig, sampler: SamplerConfig, facts: DeviceFacts, *, prompt_len: int,
+                          batch: int = 1, dtypes=("bfloat16",), headroom: float = 0.9) -> DecodingSetup:
+    """The first layout that fits a decoding run on the devices `facts` describes: every device
+    in one mesh (tensor parallel when the heads divide, else fsdp), the weight dtypes in order.
+
+    Returns a `DecodingSetup`; when nothing fits, `fits` is False and `message` names the bytes
+    needed and the runtimes where the plan fits (`RUNTIMES`).
+    """
+    heads_divide = config.num_heads % facts.count == 0 and config.num_kv_heads % facts.count == 0
+    mesh = MeshShape(tensor=facts.count) if heads_divide else MeshShape(fsdp=facts.count)
+    rows = max(batch, mesh.batch_shards)
+    plans = [(dtype, sampling_plan(config, sampler, batch=rows, prompt_len=prompt_len, mesh=mesh, dtype=dtype))
+             for dtype in dtypes]
+    if facts.bytes_per_device is None:  # no device memory reported (a CPU): the host's RAM decides
+        dtype, plan = plans[0]
+        return DecodingSetup(mesh, dtype, plan, True, f"{plan.total / GIB:.2f} GiB per device on mesh {mesh} "
+                                                      f"({dtype}); {facts.kind} reports no device memory")
+    usable = headroom * facts.bytes_per_device
+    for dtype, plan in plans:
+        if plan.total <= usable:
+            return DecodingSetup(mesh, dtype, plan, True,
+                                 f"{plan.total / GIB:.2f} GiB per device of {facts.bytes_per_device / GIB:.1f} on "
+                                 f"{facts.count} x {facts.kind}, mesh {mesh}, {dtype} weights")
+    dtype, plan = min(plans, key=lambda p: p[1].total)
+    where = [r.name for r in RUNTIMES.values()
+             if sampling_plan(config, sampler, batch=max(batch, r.devices), prompt_len=prompt_len,
+                              mesh=runtime_mesh(r, tensor=r.devices if config.num_heads % r.devices == 0
+                                                and config.num_kv_heads % r.devices == 0 else 1),
+                              dtype=dtype).fits(r, headroom)]
+    return DecodingSetup(mesh, dtype, plan, False,
+                         f"this model needs {plan.total / GIB:.1f} GiB per device ({dtype} weights "
+                         f"{plan.terms['weights'] / GIB:.1f} GiB) but {facts.count} x {facts.kind} offers "
+                         f"{usable / GIB:.1f} GiB usable of {facts.bytes_per_device / GIB:.1f}; it fits on "
+                         f"{', '.join(where) or 'none of the known runtimes'}")

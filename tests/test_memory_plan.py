@@ -68,3 +68,23 @@ def test_llada_8b_on_the_colab_runtimes():
     assert one.total / GIB == pytest.approx(sum(one.terms.values()) / GIB)
     with pytest.raises(ConfigError, match="not divisible"):
         runtime_mesh(RUNTIMES["v5p-8"], tensor=3)
+
+
+@pytest.mark.parametrize("kind,count,gib,fits,mesh", [
+    ("TPU v5 lite", 1, 16, False, "1x1x1"),   # Colab v5e-1: the bf16 weights leave no room
+    ("TPU v6 lite", 1, 32, True, "1x1x1"),    # Colab v6e-1
+    ("TPU v2", 8, 8, True, "1x1x8"),          # Colab's legacy v2-8: tensor parallel over the 8 cores
+    ("TPU v5 lite", 8, 16, True, "1x1x8"),    # v5e-8
+    ("cpu", 1, None, True, "1x1x1"),          # no device memory reported
+])
+def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, fits, mesh):
+    """The choice notebook 02 makes before downloading LLaDA-8B, from faked device facts."""
+    from jaxdllm.memory_plan import DeviceFacts, choose_decoding_setup
+
+    facts = DeviceFacts(kind, count, None if gib is None else gib * GIB)
+    setup = choose_decoding_setup(ModelConfig.preset("llada-8b"), SamplerConfig.preset("fast-dllm-dual"), facts,
+                                  prompt_len=128)
+    assert setup.fits is fits and str(setup.mesh) == mesh and setup.dtype == "bfloat16"
+    if not fits:  # one sentence: what is needed, what this runtime offers, where it fits
+        assert "needs 15.2 GiB per device" in setup.message and "offers 14.4 GiB usable of 16.0" in setup.message
+        assert "fits on v6e-1, v2-8, v5e-8" in setup.message
