@@ -137,10 +137,11 @@ class MemoryPlan:
         return self.total <= headroom * runtime.hbm_gib * GIB
 
     def table(self) -> str:
-        """The terms in GiB, one per line."""
-        rows = [f"{name:>22s}  {value / GIB:8.2f} GiB" for name, value in self.terms.items()]
+        """The terms one per line, in GiB (MiB for a plan under 1 GiB)."""
+        unit, scale = ("GiB", GIB) if self.total >= GIB else ("MiB", 2 ** 20)
+        rows = [f"{name:>22s}  {value / scale:8.2f} {unit}" for name, value in self.terms.items()]
         return "\n".join([f"{self.what} on mesh {self.mesh} (per device)", *rows,
-                          f"{'total':>22s}  {self.total / GIB:8.2f} GiB"])
+                          f"{'total':>22s}  {self.total / scale:8.2f} {unit}"])
 
     def to_dict(self) -> dict:
         return {"what": self.what, "mesh": self.mesh, "terms_bytes": dict(self.terms), "total_bytes": self.total,
@@ -290,7 +291,7 @@ def choose_decoding_setup(config: ModelConfig, sampler: SamplerConfig, facts: De
              for dtype in dtypes]
     if facts.bytes_per_device is None:  # no device memory reported (a CPU): the host's RAM decides
         dtype, plan = plans[0]
-        return DecodingSetup(mesh, dtype, plan, True, f"{plan.total / GIB:.2f} GiB per device on mesh {mesh} "
+        return DecodingSetup(mesh, dtype, plan, True, f"{plan.total / 2**20:.1f} MiB per device on mesh {mesh} "
                                                       f"({dtype}); {facts.kind} reports no device memory")
     usable = headroom * facts.bytes_per_device
     for dtype, plan in plans:
