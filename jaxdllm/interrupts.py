@@ -1,9 +1,9 @@
 """SIGINT and SIGTERM for long commands: finished work is written whole, and a stop says so.
 
 `deferred_signals` notes the signals so a loop can stop between two steps (training).
-`held_signals` lets one write finish and then delivers a signal that came during it (an append
-of results). `terminate_as_interrupt` turns SIGTERM into `Interrupted`, so a `finally` or an
-`except KeyboardInterrupt` runs on `kill` as on Ctrl-C. Handlers can only be installed from the
+`stop_between_batches` does the same for batch loops (eval, teacher answers), with a second
+Ctrl-C to stop at once. `terminate_as_interrupt` turns SIGTERM into `Interrupted` elsewhere, so a
+`finally` or an `except KeyboardInterrupt` runs on `kill` as on Ctrl-C. Handlers can only be installed from the
 main thread; elsewhere these leave signals as they are.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 
 from jaxdllm.errors import Interrupted
@@ -40,14 +41,44 @@ def deferred_signals():
             signal.signal(s, handler)
 
 
+class StopRequest:
+    """Set by the first SIGINT/SIGTERM inside `stop_between_batches`; a batch loop calls `check()`
+    after each finished batch."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a stop was asked for."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+
 @contextlib.contextmanager
-def held_signals():
-    """Run the block whole (a file write); a SIGINT/SIGTERM received meanwhile is delivered after
-    it, to the handler that was there before."""
-    with deferred_signals() as caught:
-        yield
-    if caught:
-        signal.raise_signal(caught[0])
+def stop_between_batches(notice: str = "stopping after the batch in progress (press Ctrl-C again to stop now)"):
+    """Yields a `StopRequest`. The first SIGINT/SIGTERM only sets it (and prints `notice` on
+    stderr), so the batch in progress finishes and is written whole; a second one interrupts at
+    once. (A KeyboardInterrupt raised at an arbitrary point can land in a garbage-collection
+    callback, where Python ignores it: a flag read between batches cannot be lost.)"""
+    request = StopRequest()
+    if not _main_thread():
+        yield request
+        return
+
+    def handler(signum, frame):
+        if request.signum is not None:
+            raise Interrupted(signum)
+        request.signum = signum
+        print(notice, file=sys.stderr, flush=True)
+
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield request
+    finally:
+        for s, handler_before in previous.items():
+            signal.signal(s, handler_before)
 
 
 @contextlib.contextmanager

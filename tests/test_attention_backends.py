@@ -75,8 +75,10 @@ def _explicit_cases():
     return jax, q, k, masks
 
 
-@pytest.mark.parametrize("impl", ["reference", "xla", "pallas", "splash"])
-@pytest.mark.parametrize("placed", ["unsharded", "sharded"])
+# The two kernels (which needed changes) in the default run; the dense paths in the slow run.
+@pytest.mark.parametrize("impl,placed", [
+    ("splash", "unsharded"), ("splash", "sharded"), ("pallas", "unsharded"), ("pallas", "sharded"),
+    *[pytest.param(i, p, marks=pytest.mark.slow) for i in ("reference", "xla") for p in ("unsharded", "sharded")]])
 def test_every_backend_under_an_explicit_axes_mesh(impl, placed):
     """Forward and gradient inside `jax.set_mesh(jax.make_mesh(...))` equal the dense reference
     outside it, for inputs that carry no sharding and for inputs sharded over the mesh; the

@@ -150,17 +150,27 @@ def test_device_out_of_memory_is_one_line_with_sizes(tmp_path):
     assert lines[0].endswith("(in this command: --gen-length or the prompt)")
 
 
-def test_held_signals_finish_the_block_then_deliver():
-    from jaxdllm.interrupts import held_signals, terminate_as_interrupt
+def test_a_first_signal_stops_between_batches_and_a_second_at_once():
+    from jaxdllm.interrupts import stop_between_batches, terminate_as_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
-    done = []
-    with pytest.raises(KeyboardInterrupt):
-        with held_signals():
+    batches = []
+    with pytest.raises(errors.Interrupted) as stopped:
+        with stop_between_batches("stopping") as stop:
+            for batch in range(5):
+                if batch == 1:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.05)
+                batches.append(batch)                # the batch in progress finishes
+                stop.check()
+    assert batches == [0, 1] and stopped.value.signum == signal.SIGTERM
+    with pytest.raises(errors.Interrupted):
+        with stop_between_batches("stopping"):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
-            done.append("written")                 # the write is not cut
-    assert done == ["written"]
+            os.kill(os.getpid(), signal.SIGINT)  # the second one does not wait
+            time.sleep(1)
+            pytest.fail("a second signal must interrupt at once")
     with pytest.raises(errors.Interrupted) as stopped:
         with terminate_as_interrupt():
             os.kill(os.getpid(), signal.SIGTERM)

@@ -169,7 +169,7 @@ def test_new_weights_at_the_same_path_are_decoded_again(shipped, tmp_path, monke
 
 
 def _eval_command(out):
-    return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "16",
+    return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "64",
             "--batch-size", "4", "--preset", "fast-dllm-parallel", "--out", str(out), "--no-progress"]
 
 
@@ -204,7 +204,7 @@ def test_a_stopped_cli_run_resumes_to_the_same_json(signum, whole_eval, tmp_path
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     written = len(items.read_text().splitlines())
-    assert 8 <= written < 32, written  # stopped in the middle
+    assert 8 <= written < 128, written  # stopped in the middle (128 items: a warm compilation cache is fast)
     if signum != signal.SIGKILL:
         assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], err
         assert "Traceback" not in err

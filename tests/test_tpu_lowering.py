@@ -42,10 +42,9 @@ def _check(facts, platform="tpu"):
     assert kernels >= 1, facts
 
 
-# The default run: every preset family on the v5e-8 layout, and every mesh with one preset.
-DEFAULT = [(p, (1, 4, 2)) for p in ("llada", "fast-dllm-dual", "fast-dllm-prefix", "dparallel", "jacobi",
-                                    "jacobi-forcing", "block-diffusion")]
-DEFAULT += [("llada", m) for m in MESHES if m != (1, 4, 2)]
+# The default run: each decoding method and cache kind once, on three layouts; the slow run: all.
+DEFAULT = [(p, (1, 4, 2)) for p in ("llada", "fast-dllm-dual", "dparallel", "jacobi-forcing", "block-diffusion")]
+DEFAULT += [("llada", (1, 8, 1)), ("jacobi", (2, 2, 2))]
 SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES if (p, m) not in DEFAULT]
 
 

@@ -19,7 +19,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.errors import ConfigError, Interrupted
 from jaxdllm.eval.runner import ItemStore, run_task, setting_key, summarize
 from jaxdllm.eval.tasks import EvalTask
-from jaxdllm.interrupts import signal_number
+from jaxdllm.interrupts import signal_number, stop_between_batches
 
 TIMING_KEYS = ("timing",)  # what differs between two runs of the same evaluation
 
@@ -114,9 +114,10 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
             bar = tqdm(total=len(items), desc=f"{label} | {task.name}", unit="item", disable=not progress,
                        leave=False)
             try:
-                records = run_task(model, tokenizer, task, items, config, key=key, store=store,
-                                   batch_size=batch_size, progress=bar)
-            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every finished batch is in the store
+                with stop_between_batches() as stop:  # Ctrl-C or SIGTERM: after the batch in progress
+                    records = run_task(model, tokenizer, task, items, config, key=key, store=store,
+                                       batch_size=batch_size, progress=bar, stop=stop)
+            except KeyboardInterrupt as e:  # every finished batch is in the store
                 if store.path is None:
                     raise
                 raise Interrupted(signal_number(e), f"{len(store)} decoded items kept in {store.path}") from None

@@ -26,7 +26,6 @@ import numpy as np
 from jaxdllm.decoding import SamplerConfig, generate
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval.tasks import EvalItem, EvalTask
-from jaxdllm.interrupts import held_signals
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 
@@ -77,7 +76,7 @@ class ItemStore:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with held_signals(), open(self.path, "a") as f:  # a Ctrl-C waits for the batch's lines
+        with open(self.path, "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in records))
             f.flush()
             os.fsync(f.fileno())
@@ -106,13 +105,14 @@ def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]],
 
 def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: list[EvalItem],
              config: SamplerConfig, *, key: str, store: ItemStore, batch_size: int = 100,
-             progress=None) -> list[dict]:
+             progress=None, stop=None) -> list[dict]:
     """Decode and score `items` (fixed batches of `batch_size`), reusing the records in `store`.
 
     Returns one record per item, in item order: `id`, `response`, `extracted`, `correct`, `nfe`,
     `answer_tokens`, its `batch` index, and that batch's wall-clock `batch_seconds` and whether
     it `compiled` the loop.
-    `progress` is an optional tqdm-like bar advanced by the number of items done.
+    `progress` is an optional tqdm-like bar advanced by the number of items done; `stop` an
+    optional `jaxdllm.interrupts.StopRequest`, checked after each batch is stored.
     """
     if not items:
         raise ConfigError(f"task {task.name!r} has no items to evaluate")
@@ -136,6 +136,8 @@ def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: li
         out += records
         if progress is not None:
             progress.update(len(chunk))
+        if stop is not None:
+            stop.check()
     return out
 
 

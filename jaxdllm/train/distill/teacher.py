@@ -43,7 +43,7 @@ from jaxdllm.data.jsonl import iter_jsonl_lines
 from jaxdllm.data.records import Example
 from jaxdllm.decoding import Sampler, SamplerConfig
 from jaxdllm.errors import DataError, Interrupted
-from jaxdllm.interrupts import held_signals, signal_number
+from jaxdllm.interrupts import signal_number, stop_between_batches
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 from jaxdllm.train.evaluate import left_pad
 
@@ -236,9 +236,11 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
         bar = tqdm(total=len(examples), initial=done, unit="answer", desc="teacher", dynamic_ncols=True)
     start = time.perf_counter()
     try:
-        answered, kept = _answer_batches(model, tokenizer, examples, config, out, done, batch_size=batch_size,
-                                         seed=seed, chat_template=chat_template, trajectories=trajectories, bar=bar)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the lines of every finished batch are in `out`
+        with stop_between_batches() as stop:  # Ctrl-C or SIGTERM: after the batch in progress
+            answered, kept = _answer_batches(model, tokenizer, examples, config, out, done, batch_size=batch_size,
+                                             seed=seed, chat_template=chat_template, trajectories=trajectories,
+                                             bar=bar, stop=stop)
+    except KeyboardInterrupt as e:  # the lines of every finished batch are in `out`
         raise Interrupted(signal_number(e), f"{len(_complete_lines(out))} answers kept in {out}") from None
     finally:
         if bar is not None:
@@ -253,7 +255,7 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
 
 def _answer_batches(model, tokenizer: Tokenizer, examples: Sequence[Example], config: SamplerConfig, out: Path,
                     done: int, *, batch_size: int, seed: int, chat_template: bool, trajectories: bool,
-                    bar) -> tuple[int, int]:
+                    bar, stop) -> tuple[int, int]:
     """Answer `examples[done:]` batch by batch, appending each batch's records to `out`;
     returns `(answered, kept)` of this call."""
     sampler = Sampler(model)
@@ -282,13 +284,14 @@ def _answer_batches(model, tokenizer: Tokenizer, examples: Sequence[Example], co
             kept += correct is True
         answered += len(chunk)
         if jax.process_index() == 0:
-            with held_signals(), out.open("a", encoding="utf-8") as f:  # a Ctrl-C waits for the batch's lines
+            with out.open("a", encoding="utf-8") as f:
                 f.write("".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
         if bar is not None:
             bar.update(len(chunk))
             bar.set_postfix(kept=f"{kept / answered:.1%}", refresh=False)
+        stop.check()
     return answered, kept
 
 
