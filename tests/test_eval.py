@@ -230,6 +230,7 @@ def _check_against_card(report, rows):
         assert got["answer_tokens_per_forward"] == pytest.approx(row["answer_tokens_per_forward"], rel=1e-9)
 
 
+@pytest.mark.slow  # ~40 s; the whole card is reproduced in the slow run too
 def test_eval_reproduces_the_card_rows_of_two_tasks(capsys, tmp_path):
     """`jaxdllm eval` with the card's default samplers on two tasks (the slow test runs every row)."""
     from jaxdllm.cli import main
