@@ -36,6 +36,7 @@ def _responses(out, task):
     return [s["resps"][0][0] for s in samples], [s["acc"] for s in samples]
 
 
+@pytest.mark.slow  # ~23 s: lm-eval end to end
 def test_lm_eval_equals_jaxdllm_eval_on_suite_items(tmp_path):
     model, tok = from_pretrained(DEFAULT_MODEL, dtype="float32"), Tokenizer.from_pretrained(DEFAULT_MODEL)
     config = SamplerConfig.preset(SAMPLER["preset"], gen_length=16, block_length=16)

@@ -344,6 +344,7 @@ def test_prompt_padding_never_refuses_a_prompt_that_fits(tmp_path):
 
 # -- training runs: the README's pair, --steps, a complete run, JSONL warnings, the folder lock ----
 
+@pytest.mark.slow  # ~13 s: a training run, then generate
 def test_trained_model_generates_with_its_own_sampler_defaults(tmp_path):
     """The README's training pair: train + export, then generate from the export with no flags."""
     recipe = _write_recipe(tmp_path)
