@@ -24,21 +24,28 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
+def _handling(handler, signals=SIGNALS):
+    """`handler` for `signals` inside the block (main thread only), the previous ones after it."""
+    if not _main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in signals}
+    for s in signals:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, handler_before in previous.items():
+            signal.signal(s, handler_before)
+
+
+@contextlib.contextmanager
 def deferred_signals():
     """Yields a list that collects the SIGINT/SIGTERM numbers received inside the block (which
     are not acted on); a second Ctrl-C changes nothing."""
     caught: list[int] = []
-    if not _main_thread():
+    with _handling(lambda signum, frame: caught.append(signum)):
         yield caught
-        return
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in SIGNALS:
-        signal.signal(s, lambda signum, frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 class StopRequest:
@@ -61,9 +68,6 @@ def stop_between_batches(notice: str = "stopping after the batch in progress (pr
     once. (A KeyboardInterrupt raised at an arbitrary point can land in a garbage-collection
     callback, where Python ignores it: a flag read between batches cannot be lost.)"""
     request = StopRequest()
-    if not _main_thread():
-        yield request
-        return
 
     def handler(signum, frame):
         if request.signum is not None:
@@ -71,32 +75,19 @@ def stop_between_batches(notice: str = "stopping after the batch in progress (pr
         request.signum = signum
         print(notice, file=sys.stderr, flush=True)
 
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in SIGNALS:
-        signal.signal(s, handler)
-    try:
+    with _handling(handler):
         yield request
-    finally:
-        for s, handler_before in previous.items():
-            signal.signal(s, handler_before)
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
     """Inside the block SIGTERM raises `Interrupted(SIGTERM)` (and Ctrl-C its usual
     `KeyboardInterrupt`)."""
-    if not _main_thread():
-        yield
-        return
-
     def stop(signum, frame):
         raise Interrupted(signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    with _handling(stop, (signal.SIGTERM,)):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def signal_number(interrupt: BaseException) -> int:

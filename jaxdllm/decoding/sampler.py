@@ -207,11 +207,17 @@ class Sampler:
         self._params = jax.device_put(state, jax.tree.map(lambda x: x.sharding, self._params))
 
     # -- decoding ----------------------------------------------------------------------------
-    def _place(self, host: np.ndarray):
+    def _row_sharding(self, ndim: int) -> NamedSharding | None:
+        """Rows over the mesh's batch axes, the other `ndim - 1` dims whole (None: one device)."""
         if self._batch_sharding is None:
+            return None
+        spec = PartitionSpec(*self._batch_sharding.spec, *([None] * (ndim - 1)))
+        return NamedSharding(self._batch_sharding.mesh, spec)
+
+    def _place(self, host: np.ndarray):
+        sharding = self._row_sharding(host.ndim)
+        if sharding is None:
             return host
-        spec = PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1)))
-        sharding = NamedSharding(self._batch_sharding.mesh, spec)
         return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
     def _run(self, driver, input_ids, config, attention_mask, key, learned_filter) -> GenerateResult:
@@ -243,11 +249,7 @@ class Sampler:
         p = prepare(self.model_config, ids, None, config, self._row_multiple)
 
         def spec(host: np.ndarray):
-            sharding = None
-            if self._batch_sharding is not None:
-                sharding = NamedSharding(self._batch_sharding.mesh,
-                                         PartitionSpec(*self._batch_sharding.spec, *([None] * (host.ndim - 1))))
-            return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=sharding)
+            return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=self._row_sharding(host.ndim))
 
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
         args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
