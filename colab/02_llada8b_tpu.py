@@ -62,9 +62,11 @@ print("JAX", jax.__version__, "|", jax.device_count(), "x", jax.devices()[0].dev
 # ## Will it fit? The plan for this runtime, before anything is downloaded
 # `jaxdllm.memory_plan` computes the bytes per device from the model's shapes and the sharding
 # rules: weights, the dual cache's K/V, logits and activations. It picks the mesh (tensor
-# parallel over every chip when the heads divide) and says so when the runtime is too small:
+# parallel over every chip when the heads divide) and the weights: bf16 where they fit, else
+# weight-only int8 (`quantization="int8"`), and says so when the runtime is too small even then.
 # LLaDA-8B's bf16 weights alone are 14.9 GiB, more than a v5e-1 (16 GiB) can hold beside the
-# decoding state. A v6e-1 (32 GiB), the v2-8 and a v5e-8 fit.
+# decoding state; in int8 they are 7.95 GiB and the whole plan is 8.3 GiB. A v6e-1 (32 GiB),
+# the v2-8 and a v5e-8 run bf16.
 
 # %%
 from jaxdllm.memory_plan import DeviceFacts, choose_decoding_setup
@@ -109,12 +111,13 @@ print(path)
 # %% [markdown]
 # ## Load onto every chip
 # On the mesh the plan chose (LLaDA-8B's 32 heads divide 8 chips: 1.9 GiB of weights per chip on a
-# v5e-8 or v2-8). Each tensor is read once and placed directly in its shard.
+# v5e-8 or v2-8), in the weights it chose. Each tensor is read once and placed directly in its
+# shard; with int8 it is quantized there, so the bf16 model is never held.
 
 # %%
 mesh = sharding.make_mesh(data=setup.mesh.data, fsdp=setup.mesh.fsdp, tensor=setup.mesh.tensor)
 start = time.perf_counter()
-model = jaxdllm.from_pretrained(path, dtype=setup.dtype, mesh=mesh)
+model = jaxdllm.from_pretrained(path, mesh=mesh, **setup.load_kwargs)
 tok = jaxdllm.Tokenizer.from_pretrained(path)
 print(f"{model.config.num_params:,} parameters loaded in {time.perf_counter() - start:.1f} s on mesh {dict(mesh.shape)}")
 

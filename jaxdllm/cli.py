@@ -21,7 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from jaxdllm.models.config import DTYPES
+from jaxdllm.models.config import DTYPES, QUANTIZATIONS, WEIGHT_FORMATS
 from jaxdllm.output_paths import check_output_dir, check_output_file
 from jaxdllm.shipped import checkpoint_dir, shipped_checkpoint
 
@@ -119,7 +119,7 @@ def _generate(args) -> int:
     model_dir = _model_dir(args)
     config = _sampler_config(args, model_dir)  # bad options fail before any loading
     _warn_cache_notes(model_dir, [config])
-    model = from_pretrained(model_dir)
+    model = from_pretrained(model_dir, quantization=args.quantize)
     tok = Tokenizer.from_pretrained(model_dir)
     if not args.allow_unk:
         tok.check_known(args.prompt)
@@ -174,13 +174,14 @@ def _eval_samplers(args, model_dir: Path) -> dict:
     return sampler_settings(args.preset, sets, sweep, base=defaults)
 
 
-def default_eval_dir(model_dir: Path) -> Path:
-    """`runs/eval/<model folder name>-<8 hex of its full path>`: two models both called `model`
-    (in different folders) do not share one results folder."""
+def default_eval_dir(model_dir: Path, quantization: str | None = None) -> Path:
+    """`runs/eval/<model folder name>-<8 hex of its full path>[-int8]`: two models both called
+    `model` (in different folders), or one model in float and int8, do not share a results folder."""
     import hashlib
 
     where = str(model_dir.resolve())
-    return Path("runs") / "eval" / f"{model_dir.resolve().name}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+    name = f"{model_dir.resolve().name}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+    return Path("runs") / "eval" / (name + (f"-{quantization}" if quantization else ""))
 
 
 def _eval(args) -> int:
@@ -202,13 +203,15 @@ def _eval(args) -> int:
     model_dir = _model_dir(args)
     samplers = _eval_samplers(args, model_dir)
     _warn_cache_notes(model_dir, list(samplers.values()))
-    out = Path(args.out) if args.out else default_eval_dir(model_dir)
+    out = Path(args.out) if args.out else default_eval_dir(model_dir, args.quantize)
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     check_output_dir(out, "--out" if args.out else "the default results folder")
-    model, tokenizer = from_pretrained(model_dir, dtype="float32"), Tokenizer.from_pretrained(model_dir)
+    model = from_pretrained(model_dir, dtype="float32", quantization=args.quantize)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    version = weights_version(model_dir) + (f"-{args.quantize}" if args.quantize else "")
     evaluate(model, tokenizer, tasks, samplers, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
-             model_id=str(model_dir.resolve()), model_version=weights_version(model_dir),
+             model_id=str(model_dir.resolve()), model_version=version,
              progress=not args.no_progress,
              log=lambda line: print(line, flush=True))
     written = [out / name for name in ("eval.json", "pareto.png") if (out / name).is_file()]
@@ -390,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None,
                    help="checkpoint folder or shipped name (default: the shipped tasks-llada-small)")
     p.add_argument("--prompt", required=True)
+    p.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
+                   help="weight-only int8 for the linear layers and LM head, quantized as the weights load")
     p.add_argument("--preset", default=None,
                    help="sampler preset (see SamplerConfig.preset; default: the checkpoint's own settings, "
                         "llada for a diffusion model, jacobi for a causal one)")
@@ -421,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", metavar="KEY=V1,V2,...",
                    help="evaluate every value (several --sweep: every combination)")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=100, help="prompts per generate call")
+    p.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
+                   help="weight-only int8 for the linear layers and LM head, quantized as the weights load")
     p.add_argument("--shots", type=int, default=0, help="GSM8K: few-shot exemplars from the train split")
     p.add_argument("--no-chat", action="store_true", help="GSM8K: plain 'Question: ... Answer:' prompts "
                                                           "even when the tokenizer has a chat template")
@@ -439,8 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-batch", dest="plan_batch", type=int, default=1,
                    help="rows of --plan (at least one per device)")
     p.add_argument("--plan-prompt", dest="plan_prompt", type=int, default=256, help="prompt length of --plan")
-    p.add_argument("--plan-dtype", dest="plan_dtype", choices=DTYPES, default=None,
-                   help="weight dtype of --plan (default: the checkpoint's)")
+    p.add_argument("--plan-dtype", dest="plan_dtype", choices=WEIGHT_FORMATS, default=None,
+                   help="weights of --plan: a float dtype or int8 (default: the checkpoint's)")
     p.set_defaults(func=_inspect)
     p = sub.add_parser("convert", help="load a checkpoint and write it back (cast / re-shard / orbax)")
     p.add_argument("src")

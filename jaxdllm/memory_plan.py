@@ -20,7 +20,7 @@ from flax import nnx
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.config import WEIGHT_FORMATS, ModelConfig
 
 GIB = 2 ** 30
 
@@ -90,11 +90,23 @@ def _shards(spec, mesh: MeshShape) -> int:
     return count
 
 
+def with_weights(config: ModelConfig, weights: str | None) -> ModelConfig:
+    """`config` with its weights stored as `weights`: a float dtype (every parameter in it), or
+    `int8` (weight-only int8 linear layers and LM head; the rest in the config's `param_dtype`)."""
+    if weights is None:
+        return config
+    if weights not in WEIGHT_FORMATS:
+        raise ConfigError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
+    if weights == "int8":
+        return dataclasses.replace(config, quantization="int8")
+    return dataclasses.replace(config, param_dtype=weights, quantization=None)
+
+
 def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: str | None = None,
                     rules=shd.DEFAULT_RULES) -> int:
     """Bytes of the parameters on the most loaded device: each tensor's size over the mesh axes
     its logical axes map to (replicated where they do not divide), in `dtype` (default: the
-    config's `param_dtype`)."""
+    config's `param_dtype`; int8 kernels of a quantized config stay one byte)."""
     model = nnx.eval_shape(lambda: _transformer(config))
     _, state = nnx.split(model)
     total = 0
@@ -103,7 +115,8 @@ def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: s
         axes = getattr(var, "logical_axes", None) or (None,) * len(value.shape)
         spec = shd.logical_to_spec(tuple(axes), tuple(value.shape), mesh, rules)
         size = math.prod(value.shape)
-        itemsize = _itemsize(dtype) if dtype else value.dtype.itemsize
+        floating = jax.numpy.issubdtype(value.dtype, jax.numpy.floating)
+        itemsize = _itemsize(dtype) if dtype and floating else value.dtype.itemsize
         total += -(-size // _shards(spec, mesh)) * itemsize
     return total
 
@@ -159,13 +172,14 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
                   mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu") -> MemoryPlan:
     """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`.
 
-    Terms: `weights` (in `dtype`, default the config's `param_dtype`); `kv_cache` (prefix/dual
+    Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
+    config's); `kv_cache` (prefix/dual
     caches and Jacobi: K and V of every layer over the canvas); `logits` (float32 over the
     decoded span, and their probabilities); `activations` (the largest layer of the widest
     forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
     `platform`); `decode_state` (canvas, commit steps and masks).
     """
-    c = dataclasses.replace(config, param_dtype=dtype) if dtype else config
+    c = with_weights(config, dtype)
     act = _itemsize(c.dtype)
     rows = _local(batch, mesh.batch_shards)
     total = prompt_len + sampler.gen_length
@@ -266,7 +280,7 @@ class DeviceFacts:
 
 @dataclasses.dataclass(frozen=True)
 class DecodingSetup:
-    """The mesh and weight dtype `choose_decoding_setup` picked, the plan behind it, and a
+    """The mesh and weight format (`dtype`: a float dtype or `int8`) `choose_decoding_setup` picked, the plan behind it, and a
     sentence for the user (`fits` False: nothing fits, and the sentence says what would)."""
 
     mesh: MeshShape
@@ -275,11 +289,18 @@ class DecodingSetup:
     fits: bool
     message: str
 
+    @property
+    def load_kwargs(self) -> dict:
+        """`from_pretrained` keywords for the chosen weights: `{"dtype": ...}`, or for int8 the
+        `quantization` (the other parameters keep the checkpoint's dtype)."""
+        return {"quantization": "int8"} if self.dtype == "int8" else {"dtype": self.dtype}
+
 
 def choose_decoding_setup(config: ModelConfig, sampler: SamplerConfig, facts: DeviceFacts, *, prompt_len: int,
-                          batch: int = 1, dtypes=("bfloat16",), headroom: float = 0.9) -> DecodingSetup:
+                          batch: int = 1, dtypes=("bfloat16", "int8"), headroom: float = 0.9) -> DecodingSetup:
     """The first layout that fits a decoding run on the devices `facts` describes: every device
-    in one mesh (tensor parallel when the heads divide, else fsdp), the weight dtypes in order.
+    in one mesh (tensor parallel when the heads divide, else fsdp), the weight formats in order
+    (`dtypes`: float dtypes or `int8`; by default bf16, then int8 where bf16 does not fit).
 
     Returns a `DecodingSetup`; when nothing fits, `fits` is False and `message` names the bytes
     needed and the runtimes where the plan fits (`RUNTIMES`).

@@ -15,12 +15,13 @@ TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads
             param_dtype="float32", dtype="float32")
 
 
+@pytest.mark.parametrize("quantization", [None, "int8"])
 @pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2)])
-def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape):
+def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization):
     if jax.device_count() < 8:
         pytest.skip("needs 8 (fake) devices")
     data, fsdp, tensor = mesh_shape
-    config = ModelConfig.preset("tiny-llada", **TINY)
+    config = ModelConfig.preset("tiny-llada", **TINY, quantization=quantization)
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
     model = sharding.shard_model(Transformer(config, rngs=nnx.Rngs(0)), mesh)
     per_device: dict = {}
@@ -70,21 +71,25 @@ def test_llada_8b_on_the_colab_runtimes():
         runtime_mesh(RUNTIMES["v5p-8"], tensor=3)
 
 
-@pytest.mark.parametrize("kind,count,gib,fits,mesh", [
-    ("TPU v5 lite", 1, 16, False, "1x1x1"),   # Colab v5e-1: the bf16 weights leave no room
-    ("TPU v6 lite", 1, 32, True, "1x1x1"),    # Colab v6e-1
-    ("TPU v2", 8, 8, True, "1x1x8"),          # Colab's legacy v2-8: tensor parallel over the 8 cores
-    ("TPU v5 lite", 8, 16, True, "1x1x8"),    # v5e-8
-    ("cpu", 1, None, True, "1x1x1"),          # no device memory reported
+@pytest.mark.parametrize("kind,count,gib,fits,mesh,weights", [
+    ("TPU v5 lite", 1, 16, True, "1x1x1", "int8"),     # Colab v5e-1: bf16 leaves no room, int8 fits
+    ("TPU v6 lite", 1, 32, True, "1x1x1", "bfloat16"),  # Colab v6e-1
+    ("TPU v2", 8, 8, True, "1x1x8", "bfloat16"),        # Colab's legacy v2-8: tensor parallel over 8 cores
+    ("TPU v5 lite", 8, 16, True, "1x1x8", "bfloat16"),  # v5e-8
+    ("cpu", 1, None, True, "1x1x1", "bfloat16"),        # no device memory reported
+    ("TPU v5 lite", 1, 8, False, "1x1x1", "int8"),      # a chip too small even for int8 weights
 ])
-def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, fits, mesh):
+def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, fits, mesh, weights):
     """The choice notebook 02 makes before downloading LLaDA-8B, from faked device facts."""
     from jaxdllm.memory_plan import DeviceFacts, choose_decoding_setup
 
     facts = DeviceFacts(kind, count, None if gib is None else gib * GIB)
     setup = choose_decoding_setup(ModelConfig.preset("llada-8b"), SamplerConfig.preset("fast-dllm-dual"), facts,
                                   prompt_len=128)
-    assert setup.fits is fits and str(setup.mesh) == mesh and setup.dtype == "bfloat16"
+    assert setup.fits is fits and str(setup.mesh) == mesh and setup.dtype == weights
+    assert setup.load_kwargs == ({"quantization": "int8"} if weights == "int8" else {"dtype": weights})
+    if weights == "int8":  # bf16 alone would not fit this chip
+        assert setup.plan.terms["weights"] < 8.5 * GIB
     if not fits:  # one sentence: what is needed, what this runtime offers, where it fits
-        assert "needs 15.2 GiB per device" in setup.message and "offers 14.4 GiB usable of 16.0" in setup.message
-        assert "fits on v6e-1, v2-8, v5e-8" in setup.message
+        assert "needs 8.2 GiB per device (int8 weights 8.0 GiB)" in setup.message
+        assert "offers 7.2 GiB usable of 8.0" in setup.message and "fits on v5e-1, v6e-1, v2-8" in setup.message

@@ -53,6 +53,14 @@ def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
     _check(_export_decode(preset, mesh_shape))
 
 
+def test_llada_8b_with_int8_weights_lowers_for_one_tpu_chip():
+    """What notebook 02 runs on a Colab v5e-1: LLaDA-8B, int8 linear layers, the dual cache, one chip."""
+    mesh = sharding.make_mesh(data=1, fsdp=1, tensor=1, devices=jax.devices()[:1])
+    model = abstract_model(ModelConfig.preset("llada-8b", quantization="int8"), mesh)
+    assert str(model.lm_head.get_value().dtype) == "int8" and model.lm_head_scale is not None
+    _check(program_facts(Sampler(model).export((1, 128), _sampler("fast-dllm-dual"), platform="tpu")))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["llada", "jacobi-forcing"])
 def test_the_decoding_loop_lowers_for_cuda_with_the_triton_kernel(preset):

@@ -8,6 +8,7 @@ parameter.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.models import quantize
 from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
@@ -160,6 +162,14 @@ _set_layer = jax.jit(lambda stacked, x, i: jax.lax.dynamic_update_index_in_dim(s
 _get_layer = jax.jit(lambda stacked, i: jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False))
 
 
+@functools.lru_cache(maxsize=None)
+def _quantizer(scale_shape: tuple, kernel_placement, scale_placement):
+    """A jitted `float kernel -> (int8 kernel, scale)` writing both in their placements (one
+    compile per kernel shape, not per layer)."""
+    return jax.jit(functools.partial(quantize.quantize_kernel, scale_shape_=scale_shape),
+                   out_shardings=(kernel_placement, scale_placement))
+
+
 def _place(host: np.ndarray, placement) -> jax.Array:
     """Put `host` on devices; each device (this process's only) copies just its shard."""
     if isinstance(placement, SingleDeviceSharding):
@@ -198,7 +208,9 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
         `jaxdllm.sharding`); default: the first device.
       rules: logical-axis -> mesh-axis table.
       **config_overrides: `ModelConfig` fields to change (e.g. `attention="bidirectional"`,
-        `attention_impl="xla"`); they must not change parameter shapes.
+        `attention_impl="xla"`); they must not change parameter shapes. `quantization="int8"`
+        quantizes each linear layer's tensor on its devices as it loads (weight-only int8,
+        per-output-channel scales; the float tensor is never kept).
 
     Returns:
       The model; `model.config.source_config` keeps the config.json for export.
@@ -241,13 +253,28 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
             if host.dtype != target:
                 host = host.astype(target)
             placement = _placement(shape, var.logical_axes, mesh, rules)
-            if layer is None:
-                var.set_value(_place(host, placement))
-            else:
-                if path not in stacked:
-                    stacked[path] = jax.jit(lambda: jnp.zeros(shape, target), out_shardings=placement)()
-                stacked[path] = _set_layer(stacked[path], _place(host, _layer_placement(placement)), np.int32(layer))
+            here = placement if layer is None else _layer_placement(placement)
+            values = {path: _place(host, here)}
+            scale_at = quantize.scale_path(path)
+            if scale_at in variables:  # an int8 kernel: quantize this tensor on its devices
+                scale_var = variables[scale_at]
+                scale_shape = tuple(scale_var.get_value().shape)
+                scale_placement = _placement(scale_shape, scale_var.logical_axes, mesh, rules)
+                values = dict(zip((path, scale_at), _quantizer(
+                    scale_shape if layer is None else scale_shape[1:], here,
+                    scale_placement if layer is None else _layer_placement(scale_placement))(values[path])))
             del host
+            for at, value in values.items():
+                if layer is None:
+                    variables[at].set_value(value)
+                    continue
+                if at not in stacked:
+                    full = variables[at].get_value()
+                    stacked[at] = jax.jit(lambda: jnp.zeros(full.shape, full.dtype),
+                                          out_shardings=_placement(full.shape, variables[at].logical_axes,
+                                                                   mesh, rules))()
+                stacked[at] = _set_layer(stacked[at], value, np.int32(layer))
+            del values
         del handle
     for path, value in stacked.items():
         variables[path].set_value(value)
@@ -289,6 +316,9 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
       copy_files_from: a checkpoint directory whose tokenizer/generation/chat-template files
         (and `*.py` remote code, e.g. LLaDA's) are copied along.
 
+    An int8 model (`quantization="int8"`) is written as the float weights it stands for
+    (`int8 * scale`), so any tool reads the result.
+
     Returns:
       The output directory. Only process 0 writes.
     """
@@ -324,7 +354,12 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
         for t in shard:
             path, layer = param_location(t, config)
             value = params[path].get_value()
-            tensors[t.name] = t.to_hf(_to_host(value if layer is None else _get_layer(value, np.int32(layer))).astype(np_dtype))
+            value = value if layer is None else _get_layer(value, np.int32(layer))
+            scale_at = quantize.scale_path(path)
+            if scale_at in params:  # an int8 kernel is written as the float kernel it stands for
+                scale = params[scale_at].get_value()
+                value = quantize.dequantize(value, scale if layer is None else _get_layer(scale, np.int32(layer)))
+            tensors[t.name] = t.to_hf(_to_host(value).astype(np_dtype))
             weight_map[t.name] = fname
             total += tensors[t.name].nbytes
         if writer:

@@ -21,6 +21,8 @@ CHECKPOINT_FORMATS = ("llada", "hf")
 DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALING_TYPES = ("llama3", "linear")
 REMAT_POLICIES = ("none", "full", "dots")
+QUANTIZATIONS = ("int8",)  # weight-only; see jaxdllm/models/quantize.py
+WEIGHT_FORMATS = DTYPES + QUANTIZATIONS  # how a memory plan or a decoding setup stores the weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,9 @@ class ModelConfig:
       scan_layers: store the layers' parameters stacked along a leading `layers` axis and run them
         with one `jax.lax.scan` (one compiled layer instead of `num_layers`: faster compiles at
         depth). Checkpoints import and export the same either way.
+      quantization: `None` (float weights) or `"int8"`: weight-only int8 for every linear layer and
+        the LM head, one scale per output channel (`jaxdllm.models.quantize`). For decoding:
+        `from_pretrained(path, quantization="int8")` quantizes each tensor as it loads.
       remat: rematerialise activations in the backward pass, per layer: `none`, `full` (keep only
         each layer's input) or `dots` (keep matmul outputs without batch dims,
         `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`).
@@ -115,6 +120,7 @@ class ModelConfig:
     attention_impl: str = "auto"
     scan_layers: bool = False
     remat: str = "none"
+    quantization: str | None = None
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -147,6 +153,8 @@ class ModelConfig:
             tid = getattr(self, name)
             if tid is not None and not 0 <= tid < self.vocab_size:
                 raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ConfigError(f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}")
         if self.remat not in REMAT_POLICIES:
             raise ConfigError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         from jaxdllm.attention import implementations  # local: attention imports nothing from models

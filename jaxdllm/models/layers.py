@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdllm.attention import MaskSpec, attend
+from jaxdllm.models import quantize
 from jaxdllm.models.config import ModelConfig, RopeScaling
 
 _init = nnx.initializers.normal(stddev=0.02)
@@ -26,15 +27,24 @@ class Einsum(nnx.Module):
     With LoRA adapters attached (`jaxdllm.models.lora.add_lora`: `lora_a [in..., r]`, `lora_b [r,
     out...]`, both `nnx.LoRAParam`), `y += lora_scale * (x A) B`, computed in the forward; the
     kernel itself is never rewritten during training.
+
+    With `quantization="int8"` the kernel is int8 and `kernel_scale` holds one float32 scale per
+    output channel (the kernel's shape, contracted axes of size 1); see `jaxdllm.models.quantize`.
     """
 
     def __init__(self, eqn: str, kernel_shape: tuple[int, ...], kernel_axes: tuple[str, ...], *,
                  bias_shape: tuple[int, ...] | None = None, bias_axes: tuple[str, ...] = (),
-                 dtype, param_dtype, rngs: nnx.Rngs):
+                 dtype, param_dtype, quantization: str | None = None, rngs: nnx.Rngs):
         self.eqn = eqn
         self.dtype = dtype
-        self.kernel = nnx.Param(_init(rngs.params(), kernel_shape, param_dtype),
-                                logical_axes=kernel_axes)
+        kernel = _init(rngs.params(), kernel_shape, param_dtype)
+        self.kernel_scale = nnx.data(None)  # int8: per-output-channel scales
+        if quantization == "int8":
+            contracted = quantize.contracted_axes(eqn)
+            kernel, scale = quantize.quantize_kernel(kernel, quantize.scale_shape(kernel_shape, contracted))
+            self.kernel_scale = nnx.Param(scale, logical_axes=tuple(
+                None if i in contracted else a for i, a in enumerate(kernel_axes)))
+        self.kernel = nnx.Param(kernel, logical_axes=kernel_axes)
         self.bias = (nnx.Param(jnp.zeros(bias_shape, param_dtype), logical_axes=bias_axes)
                      if bias_shape is not None else None)
         self.lora_a = nnx.data(None)  # LoRAParams once adapters are attached
@@ -53,7 +63,10 @@ class Einsum(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.astype(self.dtype)
-        y = jnp.einsum(self.eqn, x, self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
+        if self.kernel_scale is not None:
+            y = quantize.int8_einsum(self.eqn, x, self.kernel[...], self.kernel_scale[...], self.dtype)
+        else:
+            y = jnp.einsum(self.eqn, x, self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
         if self.lora_a is not None:
             down, up = self.lora_eqns
             xa = jnp.einsum(down, x, self.lora_a[...].astype(self.dtype), preferred_element_type=jnp.float32)
@@ -111,7 +124,7 @@ class Attention(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
-        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, rngs=rngs)
+        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, quantization=c.quantization, rngs=rngs)
         d, h, kv, hd = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim
         qkv_bias = lambda heads, axis: dict(bias_shape=(heads, hd), bias_axes=(axis, "head_dim")) if c.qkv_bias else {}
         self.q = Einsum("bld,dhk->blhk", (d, h, hd), ("embed", "heads", "head_dim"), **qkv_bias(h, "heads"), **kw)
@@ -146,7 +159,7 @@ class MLP(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
-        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, rngs=rngs)
+        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, quantization=c.quantization, rngs=rngs)
         bias = lambda n, axis: dict(bias_shape=(n,), bias_axes=(axis,)) if c.mlp_bias else {}
         self.gate = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)
         self.up = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)

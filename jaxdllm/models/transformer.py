@@ -14,6 +14,7 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.attention import MaskSpec
+from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.layers import Block, RMSNorm, _init, rope_inv_freq
@@ -45,9 +46,14 @@ class Transformer(nnx.Module):
         self.layers = stack_layers(blocks) if config.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
         self.remat = config.remat  # a call-time override: decoding never differentiates, so it sets "none"
-        self.lm_head = (None if config.tie_embeddings else
-                        nnx.Param(_init(rngs.params(), (config.embed_dim, config.vocab_size), pd),
-                                  logical_axes=("embed", "vocab")))
+        self.lm_head = nnx.data(None)  # tied embeddings: the embedding table's transpose
+        self.lm_head_scale = nnx.data(None)  # int8: per-vocabulary-entry scales
+        if not config.tie_embeddings:
+            head = _init(rngs.params(), (config.embed_dim, config.vocab_size), pd)
+            if config.quantization == "int8":
+                head, scale = quantize.quantize_kernel(head, (1, config.vocab_size))
+                self.lm_head_scale = nnx.Param(scale, logical_axes=(None, "vocab"))
+            self.lm_head = nnx.Param(head, logical_axes=("embed", "vocab"))
 
     def default_mask(self) -> MaskSpec:
         """The config's attention mode over the whole input, no padding."""
@@ -123,8 +129,11 @@ class Transformer(nnx.Module):
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
-        head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
-        logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype), preferred_element_type=jnp.float32)
+        if self.lm_head_scale is not None:
+            logits = quantize.int8_einsum("bld,dv->blv", x, self.lm_head[...], self.lm_head_scale[...], c.jnp_dtype)
+        else:
+            head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
+            logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype), preferred_element_type=jnp.float32)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
         if cache is None:
             return logits
