@@ -18,9 +18,11 @@ from jaxdllm.train import TrainConfig
 
 OUT = Path(__file__).resolve().parent / "results" / "memory_plan_tpu.json"
 
-SAMPLING = [  # (model preset, sampler preset, weight dtype)
+SAMPLING = [  # (model preset, sampler preset, weights: a dtype or int8)
     ("llada-8b", "llada", "bfloat16"), ("llada-8b", "fast-dllm-dual", "bfloat16"),
     ("dream-7b", "dream", "bfloat16"), ("qwen2.5-7b", "jacobi-forcing", "bfloat16"),
+    ("llada-8b", "llada", "int8"), ("llada-8b", "fast-dllm-dual", "int8"),
+    ("dream-7b", "dream", "int8"), ("qwen2.5-7b", "jacobi-forcing", "int8"),
 ]
 SAMPLING_RUNTIMES = ["v5e-1", "v6e-1", "v2-8", "v5e-8"]
 TRAINING = [("llada8b_sft_gsm8k", "llada-8b"), ("llada8b_lora_gsm8k", "llada-8b"),
@@ -36,7 +38,7 @@ def cell(plan, runtime) -> str:
 def main():
     report = {"what": "per-device GiB from shapes and sharding rules (jaxdllm.memory_plan); fits = within 90 % "
                       "of one device's HBM", "sampling": [], "training": []}
-    lines = ["| model, sampler (bf16 weights, prompt 256, batch 1 per device) | " + " | ".join(
+    lines = ["| model, sampler, weights (prompt 256, batch 1 per device) | " + " | ".join(
         f"{r} ({RUNTIMES[r].hbm_gib:g} GiB)" for r in SAMPLING_RUNTIMES) + " |",
         "|---|" + "---|" * len(SAMPLING_RUNTIMES)]
     for model, preset, dtype in SAMPLING:
@@ -46,9 +48,10 @@ def main():
             runtime = RUNTIMES[name]
             plan = sampling_plan(config, sampler, batch=runtime.devices, prompt_len=256, mesh=runtime_mesh(runtime),
                                  dtype=dtype)
-            report["sampling"].append({"model": model, "sampler": preset, "runtime": name, **plan.to_dict()})
+            report["sampling"].append({"model": model, "sampler": preset, "weights": dtype, "runtime": name,
+                                       **plan.to_dict()})
             cells.append(cell(plan, runtime))
-        lines.append(f"| {model}, `{preset}` | " + " | ".join(cells) + " |")
+        lines.append(f"| {model}, `{preset}`, {'bf16' if dtype == 'bfloat16' else dtype} | " + " | ".join(cells) + " |")
     print("\n".join(lines) + "\n")
     lines = ["| recipe (global batch x tokens; fsdp over every device): GiB per device at the fewest micro-batches that fit | " + " | ".join(
         f"{r} ({RUNTIMES[r].devices} x {RUNTIMES[r].hbm_gib:g} GiB)" for r in TRAINING_RUNTIMES) + " |",
