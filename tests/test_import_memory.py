@@ -50,6 +50,7 @@ def scaled_llada(tmp_path_factory):
     return path, config
 
 
+@pytest.mark.slow  # fresh processes loading a 600 MB checkpoint
 @pytest.mark.parametrize("weights", ["bfloat16", "int8"])
 def test_import_costs_the_host_one_file_and_a_few_copies_of_the_largest_tensor(scaled_llada, weights):
     path, config = scaled_llada

@@ -112,6 +112,7 @@ def test_export_writes_the_float_weights_int8_stands_for(tmp_path):
     np.testing.assert_allclose(np.asarray(back(ids)), np.asarray(int8(ids)), atol=1e-5)
 
 
+@pytest.mark.slow  # two fresh processes
 def test_generate_and_eval_take_quantize_int8(tmp_path):
     """The command line: `generate --quantize int8` decodes; `eval --quantize int8` keeps its own
     default results folder, so a float run's records are never resumed as int8 ones."""
@@ -128,6 +129,7 @@ def test_generate_and_eval_take_quantize_int8(tmp_path):
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
+@pytest.mark.slow  # two fresh processes
 def test_inspect_plans_int8_weights():
     from jaxdllm.shipped import checkpoint_dir
 
