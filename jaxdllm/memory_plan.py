@@ -11,6 +11,7 @@ them with XLA's own `compiled.memory_analysis()` at small sizes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -107,24 +108,28 @@ def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: s
     """Bytes of the parameters on the most loaded device: each tensor's size over the mesh axes
     its logical axes map to (replicated where they do not divide), in `dtype` (default: the
     config's `param_dtype`; int8 kernels of a quantized config stay one byte)."""
-    model = nnx.eval_shape(lambda: _transformer(config))
-    _, state = nnx.split(model)
     total = 0
-    for var in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
-        value = var.get_value()
-        axes = getattr(var, "logical_axes", None) or (None,) * len(value.shape)
-        spec = shd.logical_to_spec(tuple(axes), tuple(value.shape), mesh, rules)
-        size = math.prod(value.shape)
-        floating = jax.numpy.issubdtype(value.dtype, jax.numpy.floating)
-        itemsize = _itemsize(dtype) if dtype and floating else value.dtype.itemsize
-        total += -(-size // _shards(spec, mesh)) * itemsize
+    for shape, value_dtype, axes in _parameter_shapes(config):
+        spec = shd.logical_to_spec(axes, shape, mesh, rules)
+        floating = jax.numpy.issubdtype(value_dtype, jax.numpy.floating)
+        itemsize = _itemsize(dtype) if dtype and floating else value_dtype.itemsize
+        total += -(-math.prod(shape) // _shards(spec, mesh)) * itemsize
     return total
 
 
-def _transformer(config):
+@functools.lru_cache(maxsize=64)
+def _parameter_shapes(config: ModelConfig) -> tuple:
+    """`(shape, dtype, logical axes)` of every parameter of `config`'s model, from `nnx.eval_shape`
+    (cached: a plan over several runtimes traces the model once)."""
     from jaxdllm.models.transformer import Transformer
 
-    return Transformer(config, rngs=nnx.Rngs(0))
+    _, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    out = []
+    for var in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+        value = var.get_value()
+        axes = getattr(var, "logical_axes", None) or (None,) * len(value.shape)
+        out.append((tuple(value.shape), np.dtype(value.dtype), tuple(axes)))
+    return tuple(out)
 
 
 def _local(n: int, shards: int) -> int:

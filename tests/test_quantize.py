@@ -49,8 +49,7 @@ def test_int8_kernels_match_a_numpy_absmax_quantization(shape, contracted):
     assert (np.abs(apart) <= 1).all() and (at_tie | (apart == 0)).all()
 
 
-@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-qwen2", "tiny-dream"])
-@pytest.mark.parametrize("scan", [False, True])
+@pytest.mark.parametrize("preset,scan", [("tiny-llada", True), ("tiny-qwen2", False), ("tiny-dream", True)])
 def test_the_int8_model_equals_a_float_model_holding_the_dequantized_weights(preset, scan):
     """fp32 compute: the int8 forward (qwix's dequantizing einsum) against the float forward on
     `int8 * scale` computed here in numpy; the int8 values themselves are checked above."""

@@ -72,3 +72,16 @@ def test_readme_python_blocks_run(tmp_path):
     out = result.stdout
     assert "['1284', '13579'] [16 16]" in out and "['1284', '13579'] [1 1]" in out
     assert "['9853562951413'] [2]" in out and "\n[14]\n" in out
+
+
+def test_the_architecture_map_names_every_module_and_package():
+    """README's map agrees with the tree: every top-level module and package of `jaxdllm/`, and
+    every file of `jaxdllm/attention/`, is named in the Architecture section."""
+    section = README.read_text().split("## Architecture", 1)[1]
+    package = README.parent / "jaxdllm"
+    names = [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
+    names += [f"{p.name}/" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
+    names += [p.name for p in (package / "attention").glob("*.py") if p.name != "__init__.py"]
+    missing = [n for n in names if n not in section and n.removesuffix(".py") + ".py" not in section
+               and f"`{n.removesuffix('.py')}`" not in section]
+    assert not missing, f"README's Architecture section does not name {missing}"

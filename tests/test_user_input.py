@@ -285,10 +285,6 @@ def test_eval_bad_input(capsys, tmp_path):
     _one_line_error(*_cli(capsys, "eval", "--n", "ten")[::2], "--n must be a positive integer")
     _one_line_error(*_cli(capsys, "eval", "--tasks", "gsm8k", "--shots", "9", "--gsm8k-dir", tmp_path)[::2], "only 8 are shipped")
     _one_line_error(*_cli(capsys, "eval", "--batch-size", "0")[::2], "--batch-size must be a positive integer")
-    # The old module entry point is the same command, with the same errors.
-    from jaxdllm.train.evaluate import main as evaluate_main
-    rc = evaluate_main(["--model", str(tmp_path)])
-    _one_line_error(rc, capsys.readouterr().err, "jaxdllm eval: error:")
 
 
 def test_eval_runs_on_the_shipped_model(capsys, tmp_path):

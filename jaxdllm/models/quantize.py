@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdllm.models.config import QUANTIZATIONS  # noqa: F401  (re-exported)
 SCALE_DTYPE = jnp.float32  # scales are tiny (one per output channel); keep them exact
 
 
@@ -95,12 +94,10 @@ def quantize_weights(model):
     """
     from flax import nnx
 
-    from jaxdllm.models.transformer import Transformer
-
     if model.config.quantization is not None:
         return model
     config = model.config.replace(quantization="int8")
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: type(model)(config, rngs=nnx.Rngs(0))))
     target = dict(nnx.to_flat_state(state))
     source = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     for path, var in target.items():

@@ -8,7 +8,6 @@ folder; `jaxdllm eval` adds sweeps, GSM8K, resuming and the Pareto plot.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from jaxdllm.data import get_task
@@ -45,14 +44,3 @@ def evaluate_task(model: Transformer, tokenizer: Tokenizer, task: str, config: S
 def evaluate_tasks(model: Transformer, tokenizer: Tokenizer, tasks, config: SamplerConfig, **kw) -> list[dict]:
     """`evaluate_task` for every task name in `tasks`."""
     return [evaluate_task(model, tokenizer, task, config, **kw) for task in tasks]
-
-
-def main(argv=None) -> int:
-    """`python -m jaxdllm.train.evaluate ...`: the same as `jaxdllm eval ...`."""
-    from jaxdllm.cli import main as cli_main
-
-    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -45,7 +45,7 @@ from jaxdllm.decoding import Sampler, SamplerConfig
 from jaxdllm.errors import DataError, Interrupted
 from jaxdllm.interrupts import signal_number, stop_between_batches
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
-from jaxdllm.train.evaluate import left_pad
+from jaxdllm.eval.runner import left_pad
 
 META_SUFFIX = ".meta.json"
 STATS_SUFFIX = ".stats.json"
