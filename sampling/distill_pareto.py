@@ -90,7 +90,7 @@ def main(argv=None) -> None:
 
     from jaxdllm.checkpoint import from_pretrained
     from jaxdllm.tokenizer import Tokenizer
-    from jaxdllm.train.evaluate import evaluate_tasks
+    from jaxdllm.train.task_accuracy import evaluate_tasks
 
     tasks = [t for t in args.tasks.split(",") if t]
     configs = samplers(args.gen_length, [float(t) for t in args.thresholds.split(",") if t])

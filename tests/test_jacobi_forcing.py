@@ -10,7 +10,7 @@ from flax import nnx
 
 from jaxdllm import ConfigError, MaskSpec, ModelConfig, Transformer
 from jaxdllm.data import BatchConfig, BatchIterator, SpecialIds
-from jaxdllm.train.distill.jacobi_forcing import (Trajectory, noise_ratios, pack, progressive_noisy,
+from jaxdllm.train.distill.trajectories import (Trajectory, noise_ratios, pack, progressive_noisy,
                                                   trajectory_examples)
 from jaxdllm.train.objectives import Views, make_objective
 from jaxdllm.train.objectives.jacobi_forcing import packed_mask, stream_layout

@@ -10,7 +10,7 @@ import pytest
 
 from jaxdllm import SamplerConfig, Tokenizer, from_pretrained
 from jaxdllm.cli import DEFAULT_MODEL
-from jaxdllm.train.evaluate import evaluate_task
+from jaxdllm.train.task_accuracy import evaluate_task
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 

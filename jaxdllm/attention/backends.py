@@ -37,12 +37,11 @@ Backend = Callable[..., jax.Array]
 
 _BACKENDS: dict[str, Backend] = {}
 
-# NVIDIA GPU, impl="auto": the backend per mask kind. Measured on one H100 (bf16, batch 2, 16 heads,
-# head_dim 128, lengths 1k-8k, mask blocks 64; sampling/results/attention_benchmark_h100.json, which
-# tests/test_attention_backends.py reads to check this table): the tile kernel ran at 0.52-0.63x
-# cuDNN's speed forward on dense and causal masks, and 2.2-3.1x on block diffusion and Jacobi
-# Forcing, where it skips 68-75 % of the tiles. Block-causal was not measured; it is structured
-# like them.
+# NVIDIA GPU, impl="auto": the backend per mask kind, from the H100 measurements in
+# sampling/results/attention_benchmark_h100.json (which tests/test_attention_backends.py reads to
+# check this table): cuDNN is faster on dense and causal masks; the tile kernel is faster where it
+# skips most tiles (block diffusion, Jacobi Forcing). Block-causal was not measured; it is
+# structured like them.
 GPU_AUTO: dict[str, str] = {"bidirectional": "cudnn", "causal": "cudnn", "block_causal": "pallas",
                             "block_diffusion": "pallas", "jacobi_forcing": "pallas"}
 

@@ -150,9 +150,9 @@ class PrefixCache(_Refreshed):
     compiled loop copies the whole K/V cache in the taken branch and again in the loop body (two
     copies per cached step in XLA's CPU program; `python -m sampling.profile_sampler --preset
     fast-dllm-prefix` counts them on any device). At 8B and 320 slots that is about 0.7 GB moved
-    per row and step; on an H100 that is 4 % of the 5.8 ms weight-read floor at batch 1 and a
-    third of it at batch 8, while the shorter windows feed 44 % fewer tokens on average than a
-    fixed G-token window (G 256, block 32). The dual and block caches copy nothing per step
+    per row and step, small beside the weight read at batch 1 and not at large batches, while
+    the shorter windows feed fewer tokens than a fixed G-token window (GPU timings in
+    `sampling/results/`). The dual and block caches copy nothing per step
     (`tests/test_profile_sampler.py`)."""
 
     name = "prefix"

@@ -1,6 +1,6 @@
 """The decoding loop: one `jax.jit` holding one `jax.lax.while_loop`, and a stepwise driver.
 
-The loop knows a decoding *method* (`diffusion.py`, `jacobi.py`) only through three calls,
+The loop knows a decoding *method* (`masked_canvas.py`, `draft_canvas.py`) only through three calls,
 `init`, `step` and `max_steps`, over a `DecodeState`; it names no policy and no cache. The model
 enters as `(graphdef, params)` and is merged inside the compiled function, so parameters are
 traced arrays (sharded as they are placed), not constants baked into the program.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jaxdllm.decoding.diffusion import DIFFUSION
-from jaxdllm.decoding.jacobi import JACOBI
+from jaxdllm.decoding.masked_canvas import DIFFUSION
+from jaxdllm.decoding.draft_canvas import JACOBI
 
 METHODS = {DIFFUSION.name: DIFFUSION, JACOBI.name: JACOBI}
 

@@ -227,7 +227,7 @@ def make_batches(config: TrainConfig, tokenizer: Tokenizer, objective, state: di
         examples = load_examples(config.data, tokenizer, config.data.chat_template,
                                  teacher_answers=config.teacher_answers)
         return make_batch_iterator(examples, tokenizer, batch_config, state)
-    from jaxdllm.train.distill.jacobi_forcing import read_trajectories, trajectory_examples
+    from jaxdllm.train.distill.trajectories import read_trajectories, trajectory_examples
 
     rows = trajectory_examples(read_trajectories(config.teacher_answers, config.data.keep), objective.block_length,
                                selection=objective.trajectory_selection, eos_id=special_token_ids(tokenizer)["eos_token_id"],

@@ -61,7 +61,7 @@ class Objective(Settings):
       packing: whether examples may be packed several to a row.
       trajectory_selection: for objectives trained on Jacobi trajectories (`[data] source =
         "trajectories"`), how each row's noisy states are chosen
-        (`jaxdllm.train.distill.jacobi_forcing.SELECTIONS`); None for every other objective.
+        (`jaxdllm.train.distill.trajectories.SELECTIONS`); None for every other objective.
     """
 
     name: ClassVar[str] = ""

@@ -3,7 +3,7 @@
 from a partly wrong draft, so that Jacobi decoding accepts several tokens per forward.
 
 A batch row is `prompt ++ noisy_0 ++ clean_0 ++ noisy_1 ++ clean_1 ++ ...` in blocks of
-`block_length` (`jaxdllm.train.distill.jacobi_forcing`, which also picks the noisy states);
+`block_length` (`jaxdllm.train.distill.trajectories`, which also picks the noisy states);
 `prompt_mask` marks the prompt. One forward under the `jacobi_forcing` mask gives both streams.
 
 * **AR term** (weight `ar_weight`, published 10): next-token cross-entropy on the clean stream,
