@@ -130,7 +130,7 @@ for name, path in (("before", base), ("after", str(RUN / "model"))):
 # ## The full recipe's result
 # `checkpoints/tasks-qwen2-small-jf` (its card has the table): answer tokens per forward against
 # the Jacobi window n for the base model and the Jacobi Forcing model, from
-# `python -m sampling.benchmark_jacobi`.
+# `python -m sampling.benchmarks.benchmark_jacobi`.
 
 # %%
 display(Image(str(jaxdllm.shipped.repository_root() / "sampling/results/jacobi_cpu.png"), width=700))

@@ -4,7 +4,7 @@ preset, and for a training step of a recipe, on a named TPU runtime or any mesh.
 Nothing is allocated: the parameters come from `nnx.eval_shape`, their per-device share from the
 sharding rules (`jaxdllm.sharding.logical_to_spec`) on a mesh given by its axis sizes, so a plan
 for a v5e-8 is computed on a laptop. The activation terms are estimates of the largest buffers
-XLA keeps (see `sampling_plan` and `training_plan`); `sampling/memory_plan_check.py` compares
+XLA keeps (see `sampling_plan` and `training_plan`); `sampling/benchmarks/memory_plan_check.py` compares
 them with XLA's own `compiled.memory_analysis()` at small sizes.
 """
 

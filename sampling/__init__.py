@@ -1,2 +1,3 @@
-"""Benchmarks, measurements and PyTorch reference ports: run from the repository root as
-`python -m sampling.<script>`. Not part of the `jaxdllm` library (nothing in it imports these)."""
+"""Measurements beside the library: `benchmarks/` and the PyTorch references `torch_reference/`
+(run from the repository root, e.g. `python -m sampling.benchmarks.benchmark_sampler`). Nothing
+in `jaxdllm` imports these."""

@@ -1,11 +1,11 @@
-"""`sampling/benchmark_first_call.py` at tiny size: three fresh processes per preset, and the
+"""`sampling/benchmarks/benchmark_first_call.py` at tiny size: three fresh processes per preset, and the
 persistent cache is what makes the third one load instead of compile (JAX's own hit/miss events)."""
 
 import json
 
 import pytest
 
-from sampling.benchmark_first_call import MODES, main
+from sampling.benchmarks.benchmark_first_call import MODES, main
 
 
 @pytest.mark.slow  # three fresh interpreters (~12 s)

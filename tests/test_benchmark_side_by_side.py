@@ -1,4 +1,4 @@
-"""CPU smoke test of `sampling/benchmark_side_by_side.py`: jaxdllm and the PyTorch eager port on the
+"""CPU smoke test of `sampling/benchmarks/benchmark_side_by_side.py`: jaxdllm and the PyTorch eager port on the
 same tiny fp32 weights give the same answers, the sharpened LM head makes the threshold policy
 commit several tokens per forward, and every column and the on-paper TPU rows are written."""
 
@@ -11,9 +11,9 @@ import torch
 from llada_reference import make_llada_checkpoint
 from sampler_fixtures import HEAD_SCALE, MASK_ID
 
-from sampling.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main
-from sampling.torch_llada import TorchLLaDA
-from sampling.torch_port import generate, generate_batch
+from sampling.benchmarks.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main
+from sampling.torch_reference.torch_llada import TorchLLaDA
+from sampling.torch_reference.torch_port import generate, generate_batch
 
 
 @pytest.mark.slow  # a whole benchmark run at tiny size (~15 s)

@@ -33,7 +33,7 @@ def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh
 
 def test_the_plan_is_within_15_percent_of_xla():
     """Sampling and one training step of a small model, compiled here: the plan's total against
-    XLA's arguments + temporaries + outputs - donated buffers (`sampling/memory_plan_check.py`
+    XLA's arguments + temporaries + outputs - donated buffers (`sampling/benchmarks/memory_plan_check.py`
     runs more shapes)."""
     from jaxdllm.decoding import Sampler
     from jaxdllm.lowering import abstract_model, lower_train_step

@@ -1,4 +1,4 @@
-"""The compiled loop updates its K/V caches in place, and `sampling/profile_sampler.py` reads a JAX
+"""The compiled loop updates its K/V caches in place, and `sampling/benchmarks/profile_sampler.py` reads a JAX
 profiler trace into op groups.
 
 A whole-cache `copy` inside the loop moves every layer's K/V through memory at each step (at
@@ -16,7 +16,7 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import ModelConfig, SamplerConfig
 
-from sampling.profile_sampler import build_model, cache_copies, compiled_loop, op_group, profile
+from sampling.benchmarks.profile_sampler import build_model, cache_copies, compiled_loop, op_group, profile
 
 
 def _loop_copies(model, config, batch=2, prompt_len=8):

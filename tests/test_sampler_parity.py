@@ -1,6 +1,6 @@
 """Token-for-token parity of the compiled sampler with two references on the same weights:
 
-1. the PyTorch eager port of the published algorithms (`sampling/torch_port.py`) running the
+1. the PyTorch eager port of the published algorithms (`sampling/torch_reference/torch_port.py`) running the
    test-local torch LLaDA forward (`llada_reference.py`), and
 2. the same port's Python loop driving jaxdllm's own (jitted) forward: a Python-loop
    reference that isolates the policy logic from model numerics.
@@ -19,7 +19,7 @@ from forward import forward
 from llada_reference import llada_forward
 from sampler_fixtures import EOS_ID, MASK_ID, prompts, tiny_llada
 
-from sampling.torch_port import generate as port_generate
+from sampling.torch_reference.torch_port import generate as port_generate
 
 EOT_ID = 125
 
@@ -124,7 +124,7 @@ DREAM_CASES = [("maskgit_plus", 16, 16), ("topk_margin", 16, 16), ("entropy", 16
 @pytest.mark.parametrize("alg,gen,steps", DREAM_CASES, ids=[f"{a}-G{g}-S{s}" for a, g, s in DREAM_CASES])
 def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
     """Dream's sampler (token-shifted logits, timestep schedule) on a shifted model."""
-    from sampling.torch_port import generate_dream
+    from sampling.torch_reference.torch_port import generate_dream
 
     path, torch_fn = setup
     model = jaxdllm.from_pretrained(path, shift_logits=True)

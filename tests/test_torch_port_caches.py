@@ -1,5 +1,5 @@
-"""Fast-dLLM's prefix and dual K/V caches in the PyTorch eager port (`sampling/torch_port.py` on
-`sampling/torch_llada.py`), checked against jaxdllm's compiled caches on the same weights.
+"""Fast-dLLM's prefix and dual K/V caches in the PyTorch eager port (`sampling/torch_reference/torch_port.py` on
+`sampling/torch_reference/torch_llada.py`), checked against jaxdllm's compiled caches on the same weights.
 
 Each row of a left-padded batch decoded by `jaxdllm.generate(..., cache=...)` must equal the port
 run on that row alone with the same cache: tokens, NFE and the step that committed each token.
@@ -17,8 +17,8 @@ import jaxdllm
 from llada_reference import llada_forward, make_llada_checkpoint
 from sampler_fixtures import HEAD_SCALE, MASK_ID, prompts, tiny_llada
 
-from sampling.torch_llada import TorchLLaDA
-from sampling.torch_port import CachedForward, KVModel, generate, generate_batch
+from sampling.torch_reference.torch_llada import TorchLLaDA
+from sampling.torch_reference.torch_port import CachedForward, KVModel, generate, generate_batch
 
 
 def _no_mask_prediction(logits):

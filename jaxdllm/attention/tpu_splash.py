@@ -15,7 +15,7 @@ Which case goes where (one function, `splash_attention`, decides per call at tra
 * **Query blocks shorter than `MIN_QUERY_BLOCK` (128)**, i.e. a decoding step of a 16-64 token
   block over a cache: the XLA path (`xla_attention`). Its dense mask is only `Lq x Lk`, while
   splash would pad the queries to a 128-row tile. These rules were chosen from the kernel's
-  constraints, not measured on a TPU (no TPU was available); `sampling/benchmark_attention.py`
+  constraints, not measured on a TPU (no TPU was available); `sampling/benchmarks/benchmark_attention.py`
   is the script to measure them with.
 
 Lengths that are not multiples of 128 are padded (padded keys are invisible, padded query rows

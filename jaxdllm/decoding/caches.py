@@ -148,7 +148,7 @@ class PrefixCache(_Refreshed):
 
     Cost of the switch: XLA does not update one buffer in place from several branches, so the
     compiled loop copies the whole K/V cache in the taken branch and again in the loop body (two
-    copies per cached step in XLA's CPU program; `python -m sampling.profile_sampler --preset
+    copies per cached step in XLA's CPU program; `python -m sampling.benchmarks.profile_sampler --preset
     fast-dllm-prefix` counts them on any device). At 8B and 320 slots that is about 0.7 GB moved
     per row and step, small beside the weight read at batch 1 and not at large batches, while
     the shorter windows feed fewer tokens than a fixed G-token window (GPU timings in

@@ -3,10 +3,10 @@ same weights: per decoding preset and batch size, ms per step against the memory
 model FLOP utilisation, tokens/s, NFE, tokens per forward, first-call time and token equality;
 plus on-paper TPU v5e-8 / v6e-8 per-step times for the same work.
 
-    python -m sampling.benchmark_side_by_side                      # GPU: llada-8b shapes, bf16
-    python -m sampling.benchmark_side_by_side --size tiny --torch-threads 1   # CPU: tiny-llada, fp32
-    python -m sampling.benchmark_side_by_side --rows llada fast-dllm-dual --batches 8 --reps 2
-    python -m sampling.benchmark_side_by_side --size tiny --no-torch-compile --gen-length 32
+    python -m sampling.benchmarks.benchmark_side_by_side                      # GPU: llada-8b shapes, bf16
+    python -m sampling.benchmarks.benchmark_side_by_side --size tiny --torch-threads 1   # CPU: tiny-llada, fp32
+    python -m sampling.benchmarks.benchmark_side_by_side --rows llada fast-dllm-dual --batches 8 --reps 2
+    python -m sampling.benchmarks.benchmark_side_by_side --size tiny --no-torch-compile --gen-length 32
 
 (run from the repository root with it on PYTHONPATH.)
 
@@ -14,9 +14,9 @@ Decoders, all on identical weights read from one checkpoint directory (LLaDA lay
 
 * `jaxdllm`: `jaxdllm.Sampler(model)(prompts, SamplerConfig.preset(row, gen_length=G, steps=G))`:
   the whole generation in one compiled `jax.lax.while_loop`.
-* `torch_eager`: the PyTorch eager port of the published loops (`sampling.torch_port.
+* `torch_eager`: the PyTorch eager port of the published loops (`sampling.torch_reference.torch_port.
   generate_batch`: one forward of the whole batch per step, per-row selection in Python) on
-  `sampling.torch_llada.TorchLLaDA`.
+  `sampling.torch_reference.torch_llada.TorchLLaDA`.
 * `torch_compile`: the same loop with `TorchLLaDA.forward`, `full` and `window` wrapped in
   `torch.compile` (`--no-torch-compile` skips it; a failure is recorded in the row).
 
@@ -27,7 +27,7 @@ Rows: the presets `llada` (steps = G: one token per step), `fast-dllm-parallel` 
 0.5), block 32, each at batch 1 and 8; G = 256 and prompt length 64 (tiny: G <= 64, prompt 16).
 
 Weights: random (normal, std 0.02; norms 1), made on the accelerator by
-`sampling.benchmark_gpu_sampler.random_model`, with the LM head multiplied by `--head-scale`, and
+`sampling.benchmarks.benchmark_gpu_sampler.random_model`, with the LM head multiplied by `--head-scale`, and
 written to a temporary LLaDA-layout checkpoint (`jaxdllm.save_pretrained`) that both jaxdllm
 (`jaxdllm.from_pretrained`) and `TorchLLaDA.from_pretrained` read. Unscaled random weights are
 not confident, so the threshold policies would commit about one token per forward; the scaled
@@ -89,7 +89,7 @@ from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.models.config import ModelConfig
-from sampling.benchmark_gpu_sampler import measured_bandwidth, random_model
+from sampling.benchmarks.benchmark_gpu_sampler import measured_bandwidth, random_model
 
 PRESETS = ("llada", "fast-dllm-parallel", "fast-dllm-prefix", "fast-dllm-dual", "dparallel")
 DECODERS = ("jaxdllm", "torch_eager", "torch_compile")
@@ -217,7 +217,7 @@ def peak_flops(device_kind: str, platform: str, flag: float | None) -> tuple[flo
             if name in device_kind.upper():
                 return tflops * 1e12, f"{name} bf16 dense ({tflops} TFLOP/s)"
         raise SystemExit(f"unknown GPU {device_kind!r}: pass --peak-tflops")
-    from sampling.benchmark_sampler import matmul_peak_flops
+    from sampling.benchmarks.benchmark_sampler import matmul_peak_flops
 
     return matmul_peak_flops(), "measured fp32 matmul (jax, 1024^3)"
 
@@ -271,7 +271,7 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
     """Time the decoders on one (preset, batch) row; returns the row dict (see the module docstring)."""
     import torch
 
-    from sampling.torch_port import generate_batch
+    from sampling.torch_reference.torch_port import generate_batch
 
     config = ctx["config"]
     lp, gen = args.prompt_len, args.gen_length
@@ -361,7 +361,7 @@ def _compiled(ctx: dict) -> PortModel:
 
 def main(argv=None) -> int:
     """Run the rows, writing `<out>.json` after each, then `<out>.png` and a markdown table."""
-    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmark_side_by_side")
+    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmarks.benchmark_side_by_side")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "tiny"], default="8b")
     p.add_argument("--rows", nargs="*", default=list(PRESETS), choices=PRESETS)
@@ -383,7 +383,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from sampling.torch_llada import TorchLLaDA
+    from sampling.torch_reference.torch_llada import TorchLLaDA
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)

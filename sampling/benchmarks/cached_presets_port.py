@@ -4,11 +4,11 @@ Decodes held-out suite prompts (drawn as `jaxdllm eval` draws them: `split="test
 with checkpoints/tasks-llada-small loaded in float32 on both sides, with the threshold policy
 (0.9) and cache none / prefix / dual at the checkpoint's sampler defaults (gen_length 16, one
 block of 16). jaxdllm decodes each task's prompts as one left-padded batch, as `jaxdllm eval`
-does; the port (`sampling/torch_port.py` on `sampling/torch_llada.py`) decodes each prompt alone,
+does; the port (`sampling/torch_reference/torch_port.py` on `sampling/torch_reference/torch_llada.py`) decodes each prompt alone,
 its MASK logit set to -1e30 (jaxdllm never predicts MASK). Per cache it counts the rows whose
 generated tokens, NFE and commit steps are equal, and each side's valid answers (task checker).
 
-    python -m sampling.cached_presets_port        # writes sampling/results/cached_presets_port_cpu.json
+    python -m sampling.benchmarks.cached_presets_port        # writes sampling/results/cached_presets_port_cpu.json
 """
 
 import json
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jaxdllm.extras import exit_if_missing
 
-exit_if_missing(("torch",), "bench", "python -m sampling.cached_presets_port")
+exit_if_missing(("torch",), "bench", "python -m sampling.benchmarks.cached_presets_port")
 
 import numpy as np  # noqa: E402
 import tokenizers  # noqa: E402
@@ -26,8 +26,8 @@ import jaxdllm  # noqa: E402
 from jaxdllm.data import get_task, make_split  # noqa: E402
 from jaxdllm.eval.runner import left_pad  # noqa: E402
 from jaxdllm.tokenizer import decode_response  # noqa: E402
-from sampling.torch_llada import TorchLLaDA  # noqa: E402
-from sampling.torch_port import generate as port_generate  # noqa: E402
+from sampling.torch_reference.torch_llada import TorchLLaDA  # noqa: E402
+from sampling.torch_reference.torch_port import generate as port_generate  # noqa: E402
 
 MODEL = jaxdllm.checkpoint_dir("tasks-llada-small")
 OUT = Path("sampling/results/cached_presets_port_cpu.json")

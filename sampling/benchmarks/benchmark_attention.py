@@ -1,8 +1,8 @@
 """Attention benchmark: the tile-skipping Pallas kernel against `jax.nn.dot_product_attention`.
 
-    python -m sampling.benchmark_attention                     # GPU: 2k-8k, head_dim 128
-    python -m sampling.benchmark_attention --size tiny         # CPU smoke run (interpret mode)
-    python -m sampling.benchmark_attention --impls splash xla  # TPU: JAX's splash kernel against XLA
+    python -m sampling.benchmarks.benchmark_attention                     # GPU: 2k-8k, head_dim 128
+    python -m sampling.benchmarks.benchmark_attention --size tiny         # CPU smoke run (interpret mode)
+    python -m sampling.benchmarks.benchmark_attention --impls splash xla  # TPU: JAX's splash kernel against XLA
 
 For each mask (dense, causal, block diffusion `[x_t; x_0]`, Jacobi-Forcing), length and pass
 (forward, forward+backward) it times `pallas` (this package's GPU kernel), `splash` (JAX's TPU
@@ -188,7 +188,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_attention")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.benchmark_attention")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["full", "tiny"], default="full")
     p.add_argument("--out", default="sampling/results/attention_benchmark")

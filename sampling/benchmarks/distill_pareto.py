@@ -2,7 +2,7 @@
 (dParallel) distillation, on the task suite's held-out prompts: the distilled model card's
 table and Pareto plot.
 
-    python -m sampling.distill_pareto --base checkpoints/tasks-llada-small \\
+    python -m sampling.benchmarks.distill_pareto --base checkpoints/tasks-llada-small \\
         --distilled checkpoints/tasks-llada-small-dparallel --out checkpoints/tasks-llada-small-dparallel/pareto
 
 Each model decodes the same `--n` held-out prompts per task (`split="test"`, seed 1234, the base
@@ -77,7 +77,7 @@ def plot(data: dict, path: Path) -> None:
 
 
 def main(argv=None) -> None:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.distill_pareto")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.distill_pareto")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the teacher / base checkpoint")
     parser.add_argument("--distilled", required=True, help="the distilled checkpoint")

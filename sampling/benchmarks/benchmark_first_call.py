@@ -1,8 +1,8 @@
 """First-call time of a generation with and without JAX's persistent compilation cache, each in a
 fresh process: what a user's next `jaxdllm generate`, or a notebook after a restart, waits for.
 
-    python -m sampling.benchmark_first_call                       # GPU: llada-8b shapes, bf16
-    python -m sampling.benchmark_first_call --size tiny --presets llada fast-dllm-dual   # CPU
+    python -m sampling.benchmarks.benchmark_first_call                       # GPU: llada-8b shapes, bf16
+    python -m sampling.benchmarks.benchmark_first_call --size tiny --presets llada fast-dllm-dual   # CPU
 
 (run from the repository root.) Per preset, three fresh processes on the same random weights and
 prompts (batch `--batch`, prompt 64 and G 256 at 8b; prompt 16 and G 64 at small and tiny):
@@ -51,7 +51,7 @@ def child(size: str, preset: str, batch: int) -> dict:
 
     import jaxdllm
     from jaxdllm.decoding import SamplerConfig
-    from sampling.profile_sampler import build_model
+    from sampling.benchmarks.profile_sampler import build_model
 
     folder = jaxdllm.enable_compilation_cache()
     lp, gen = (64, 256) if size == "8b" else (16, 64)
@@ -76,10 +76,10 @@ def run_mode(mode: str, folder: Path, args, preset: str) -> dict:
     env = dict(os.environ, JAXDLLM_COMPILATION_CACHE="off" if mode == "off" else str(folder),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # small loops compile in about a second
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # JAX's own folder would win over the mode's
-    cmd = [sys.executable, "-m", "sampling.benchmark_first_call", "--child", "--size", args.size,
+    cmd = [sys.executable, "-m", "sampling.benchmarks.benchmark_first_call", "--child", "--size", args.size,
            "--presets", preset, "--batch", str(args.batch)]
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
                              timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"no result within {args.timeout} s"}
@@ -89,7 +89,7 @@ def run_mode(mode: str, folder: Path, args, preset: str) -> dict:
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_first_call")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.benchmark_first_call")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "small", "tiny"], default="8b")
     p.add_argument("--presets", nargs="*", default=["llada", "fast-dllm-prefix", "fast-dllm-dual", "dparallel"])
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per process")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    from sampling.profile_sampler import kind_slug
+    from sampling.benchmarks.profile_sampler import kind_slug
 
     if args.child:
         print(json.dumps(child(args.size, args.presets[0], args.batch)), flush=True)

@@ -1,7 +1,7 @@
 """Compile time and memory of a 32-layer model, unrolled against `scan_layers` (with each remat
 policy): the training step and the compiled sampler.
 
-    python -m sampling.benchmark_scan_layers [--layers 32] [--width 256] [--out sampling/results/scan_layers_cpu]
+    python -m sampling.benchmarks.benchmark_scan_layers [--layers 32] [--width 256] [--out sampling/results/scan_layers_cpu]
 
 Each variant runs in its own subprocess (fresh compilation caches, its own peak RSS). For the
 train step (masked-diffusion SFT loss, AdamW, batch x seq tokens) it records trace+lower and
@@ -121,7 +121,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_scan_layers")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.benchmark_scan_layers")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--width", type=int, default=256)
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name, scan, remat in VARIANTS:
-        cmd = [sys.executable, "-m", "sampling.benchmark_scan_layers", "--child", f"{int(scan)},{remat}",
+        cmd = [sys.executable, "-m", "sampling.benchmarks.benchmark_scan_layers", "--child", f"{int(scan)},{remat}",
                "--layers", str(args.layers), "--width", str(args.width), "--batch", str(args.batch),
                "--seq", str(args.seq), "--steps", str(args.steps)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)

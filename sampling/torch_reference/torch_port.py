@@ -1,7 +1,7 @@
 """PyTorch eager port of published diffusion-LLM decoding policies (batch 1, plain Python loops).
 
 This is the independent reference that jaxdllm's compiled sampler is tested against, and the
-"PyTorch baseline" of `sampling/benchmark_sampler.py`. It follows the published samplers'
+"PyTorch baseline" of `sampling/benchmarks/benchmark_sampler.py`. It follows the published samplers'
 structure (semi-autoregressive blocks over the generation region, one full-canvas forward per
 step) and is written from `shared/reference/algorithms.md`, sections 1-4.
 
@@ -11,7 +11,7 @@ step) and is written from `shared/reference/algorithms.md`, sections 1-4.
     out["commit_step"]   # [1, Lp+G] long: NFE counter at the forward that committed each token
 
 With `cache="prefix"` or `"dual"` (Fast-dLLM's two approximate K/V caches) `generate` takes a
-model with cached forwards (`KVModel`, e.g. `sampling.torch_llada.TorchLLaDA`) instead of a
+model with cached forwards (`KVModel`, e.g. `sampling.torch_reference.torch_llada.TorchLLaDA`) instead of a
 logits function: a block's first step runs the whole canvas and keeps every layer's K/V, later
 steps of the block feed the block and everything after it (prefix) or the block alone (dual)
 against those stored, stale K/V. The preset `fast-dllm-dual` is

@@ -5,7 +5,7 @@ decoding loop per preset and a training step per recipe shape, reads
 `compiled.memory_analysis()` (arguments + temporaries + outputs - donated), and writes both
 numbers and their ratio to `sampling/results/memory_plan_check.json`.
 
-    python sampling/memory_plan_check.py
+    python sampling/benchmarks/memory_plan_check.py
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from jaxdllm.lowering import abstract_model, lower_train_step
 from jaxdllm.memory_plan import sampling_plan, training_plan
 from jaxdllm.train import TrainConfig
 
-OUT = Path(__file__).resolve().parent / "results" / "memory_plan_check.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "memory_plan_check.json"
 
 # (label, model overrides): widths and depths that move the weight / activation balance.
 MODELS = [

@@ -3,7 +3,7 @@
 `sampling/results/memory_plan_tpu.json` and prints the Markdown tables that README.md and
 training/README.md carry.
 
-    python sampling/memory_plan_table.py
+    python sampling/benchmarks/memory_plan_table.py
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jaxdllm.memory_plan import GIB, RUNTIMES, runtime_mesh, sampling_plan, trai
 from jaxdllm.shipped import recipe_path
 from jaxdllm.train import TrainConfig
 
-OUT = Path(__file__).resolve().parent / "results" / "memory_plan_tpu.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "memory_plan_tpu.json"
 
 SAMPLING = [  # (model preset, sampler preset, weights: a dtype or int8)
     ("llada-8b", "llada", "bfloat16"), ("llada-8b", "fast-dllm-dual", "bfloat16"),

@@ -11,7 +11,7 @@
   plain and with multi-block decoding + rejection recycling (the `jacobi-forcing` preset), on the
   six card tasks (answers of 4-8 tokens) and on the long-answer tasks (11-17 tokens) apart.
 
-    python -m sampling.benchmark_jacobi --out sampling/results/jacobi_cpu
+    python -m sampling.benchmarks.benchmark_jacobi --out sampling/results/jacobi_cpu
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.tokenizer import Tokenizer, answer_length
-from sampling.benchmark_sampler import timed
+from sampling.benchmarks.benchmark_sampler import timed
 
 GROUPS = {"suite": SUITE, "long": LONG}
 GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
@@ -129,7 +129,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("torch", "transformers", "matplotlib"), "bench", "python -m sampling.benchmark_jacobi")
+    exit_if_missing(("torch", "transformers", "matplotlib"), "bench", "python -m sampling.benchmarks.benchmark_jacobi")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="checkpoints/tasks-qwen2-small,checkpoints/tasks-qwen2-small-jf",
                    help="comma-separated causal checkpoints; the last is the one timed")

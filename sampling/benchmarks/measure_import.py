@@ -1,6 +1,6 @@
 """Measure peak host memory and wall time of `from_pretrained` on a random checkpoint.
 
-    python -m sampling.measure_import --size-gb 1 --out results/import_memory.json
+    python -m sampling.benchmarks.measure_import --size-gb 1 --out results/import_memory.json
 
 Writes a random LLaDA-layout or HF-layout checkpoint of about `--size-gb` on disk (sharded
 into several safetensors files), then imports it in a fresh subprocess that reports its peak
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         info = write_random_checkpoint(Path(tmp) / "ckpt", args.size_gb, args.shard_gb)
-        cmd = [sys.executable, "-m", "sampling.measure_import", "--child", str(Path(tmp) / "ckpt")]
+        cmd = [sys.executable, "-m", "sampling.benchmarks.measure_import", "--child", str(Path(tmp) / "ckpt")]
         if args.dtype:
             cmd += ["--dtype", args.dtype]
         env = dict(os.environ, JAX_PLATFORMS="cpu")

@@ -2,12 +2,12 @@
 ops grouped by the JAX operation they came from, and an audit of whole-K/V-cache copies in the
 compiled program.
 
-    python -m sampling.profile_sampler --preset fast-dllm-dual --batch 8     # GPU: llada-8b shapes, bf16
-    python -m sampling.profile_sampler --size small --preset llada --batch 1  # CPU: a small LLaDA, fp32
-    python -m sampling.profile_sampler --size small --preset fast-dllm-prefix --batch 8 --trace-dir /tmp/t
+    python -m sampling.benchmarks.profile_sampler --preset fast-dllm-dual --batch 8     # GPU: llada-8b shapes, bf16
+    python -m sampling.benchmarks.profile_sampler --size small --preset llada --batch 1  # CPU: a small LLaDA, fp32
+    python -m sampling.benchmarks.profile_sampler --size small --preset fast-dllm-prefix --batch 8 --trace-dir /tmp/t
 
 (run from the repository root.) Weights are random; the LM head is scaled as in
-`sampling.benchmark_side_by_side` so the threshold presets commit several tokens per forward.
+`sampling.benchmarks.benchmark_side_by_side` so the threshold presets commit several tokens per forward.
 
 Writes `<out>.json` (default `sampling/results/profile_<device>_<size>_<preset>_b<batch>.json`,
 device `cpu` or the GPU's kind):
@@ -69,11 +69,11 @@ def device_slug() -> str:
 
 def build_model(size: str, head_scale: float | None) -> Transformer:
     """Random LLaDA-shaped weights: `8b` (llada-8b, bf16, made on the device) or `tiny`/`small`
-    (`sampling.benchmark_sampler.SIZES`, fp32), LM head times `head_scale` (default: the
+    (`sampling.benchmarks.benchmark_sampler.SIZES`, fp32), LM head times `head_scale` (default: the
     side-by-side benchmark's calibrated factor for the shape)."""
-    from sampling.benchmark_gpu_sampler import random_model
-    from sampling.benchmark_sampler import SIZES
-    from sampling.benchmark_side_by_side import default_head_scale
+    from sampling.benchmarks.benchmark_gpu_sampler import random_model
+    from sampling.benchmarks.benchmark_sampler import SIZES
+    from sampling.benchmarks.benchmark_side_by_side import default_head_scale
 
     if size == "8b":
         model = random_model(ModelConfig.preset("llada-8b"))

@@ -3,7 +3,7 @@ task with held-out prompts, both runs in one process. Writes
 `sampling/results/int8_accuracy_cpu.json` (accuracy, NFE and answer tokens per forward per task
 and sampler, and the differences) and `int8_accuracy_cpu.png`.
 
-    python sampling/int8_accuracy.py [--model tasks-llada-small] [--n 200]
+    python sampling/benchmarks/int8_accuracy.py [--model tasks-llada-small] [--n 200]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from jaxdllm.eval import evaluate, resolve_tasks
 from jaxdllm.extras import exit_if_missing
 
 METRICS = ("accuracy", "mean_nfe", "answer_tokens_per_forward")
-OUT = Path(__file__).resolve().parent / "results" / "int8_accuracy_cpu.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "int8_accuracy_cpu.json"
 
 
 def main():

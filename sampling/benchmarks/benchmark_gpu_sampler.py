@@ -1,8 +1,8 @@
 """The compiled sampler on an 8B-shaped random LLaDA in bf16 on one GPU, against the
 memory-bandwidth floor of a forward (all weight bytes read once per step).
 
-    python -m sampling.benchmark_gpu_sampler                 # GPU: llada-8b shapes
-    python -m sampling.benchmark_gpu_sampler --size tiny     # CPU smoke run
+    python -m sampling.benchmarks.benchmark_gpu_sampler                 # GPU: llada-8b shapes
+    python -m sampling.benchmarks.benchmark_gpu_sampler --size tiny     # CPU smoke run
 
 Per row: compile seconds (first call), then the median of `--reps` timed generations:
 tokens/s, ms per loop step (one batched forward each), NFE, and ms per step over the floor
@@ -69,7 +69,7 @@ def measured_bandwidth(gib: float) -> float:
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmark_gpu_sampler")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.benchmark_gpu_sampler")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=["8b", "tiny"], default="8b")
     p.add_argument("--rows", nargs="*", default=list(ROWS))

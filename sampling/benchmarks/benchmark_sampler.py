@@ -3,11 +3,11 @@
   (a) `jaxdllm.generate`: the whole generation in one compiled while_loop;
   (b) `jaxdllm.generate_stepwise`: a Python loop calling a jitted step (one dispatch + host
       sync per step);
-  (c) the PyTorch eager port of the published algorithm (`sampling/torch_port.py`) on a
+  (c) the PyTorch eager port of the published algorithm (`sampling/torch_reference/torch_port.py`) on a
       torch LLaDA loaded from the same checkpoint.
 
-    python -m sampling.benchmark_sampler [--out results/sampler_benchmark] [--quick]
-    python -m sampling.benchmark_sampler --batches 4 --gen-lengths 128 --out sampling/results/sampler_benchmark_cpu_b4
+    python -m sampling.benchmarks.benchmark_sampler [--out results/sampler_benchmark] [--quick]
+    python -m sampling.benchmarks.benchmark_sampler --batches 4 --gen-lengths 128 --out sampling/results/sampler_benchmark_cpu_b4
 
 Writes `<out>.json` and `<out>.png`. Tokens/s counts generated tokens (batch x gen_length)
 over the best of `--repeats` wall times after one warm-up call; `first_call_s` is that warm-up
@@ -88,7 +88,7 @@ def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: 
     """The eager port in its batched form (the published loops run a batch of equal-length prompts)."""
     import torch
 
-    from sampling.torch_port import generate_batch
+    from sampling.torch_reference.torch_port import generate_batch
 
     policy = {"llada": "low_confidence"}.get(config.policy.name, config.policy.name)
     with torch.inference_mode():
@@ -136,7 +136,7 @@ def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) ->
 
 
 def main(argv=None) -> int:
-    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmark_sampler")
+    exit_if_missing(("torch", "matplotlib"), "bench", "python -m sampling.benchmarks.benchmark_sampler")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/sampler_benchmark")
     parser.add_argument("--quick", action="store_true", help="gen 128 and batch 1 only (overrides --batches, --gen-lengths)")
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from sampling.torch_llada import TorchLLaDA
+    from sampling.torch_reference.torch_llada import TorchLLaDA
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     peak = args.peak = matmul_peak_flops()

@@ -1,7 +1,7 @@
 """A training run's curves from its `metrics.jsonl`: every logged loss term and the masked-token
 accuracy against the step, one panel each, as a PNG.
 
-    python -m sampling.plot_training runs/dparallel-tiny/metrics.jsonl --out checkpoints/X/training_curve.png
+    python -m sampling.benchmarks.plot_training runs/dparallel-tiny/metrics.jsonl --out checkpoints/X/training_curve.png
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accura
 
 
 def main(argv=None) -> None:
-    exit_if_missing(("matplotlib",), "bench", "python -m sampling.plot_training")
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.plot_training")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("metrics", help="metrics.jsonl of a run")
     parser.add_argument("--out", required=True, help="PNG to write")

@@ -1,0 +1,1 @@
+"""Benchmarks and measurements of jaxdllm (see README.md here)."""

@@ -1,0 +1,1 @@
+"""PyTorch references of the published models and decoding policies (see README.md here)."""
