@@ -190,7 +190,7 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     total = prompt_len + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
-    cached = sampler.cache.name != "none" or sampler.policy.name == "jacobi"
+    cached = sampler.cache.keeps_kv or sampler.policy.method == "jacobi"  # the draft canvas keeps an exact cache
     span = sampler.block_length
     terms = {
         "weights": parameter_bytes(c, mesh),

@@ -203,14 +203,14 @@ def test_learn2pd_filter_bounds(model):
     ids, mask, _ = prompts([4, 6], seed=13)
     base = jaxdllm.generate(model, ids, cfg(), attention_mask=mask)
     reject = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask,
-                              learned_filter=_ConstantFilter(-20.0))
+                              policy_params=_ConstantFilter(-20.0))
     np.testing.assert_array_equal(reject.tokens, base.tokens)  # nothing accepted: the LLaDA baseline
     np.testing.assert_array_equal(reject.commit_step, base.commit_step)
     accept = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
-                              learned_filter=_ConstantFilter(20.0))
+                              policy_params=_ConstantFilter(20.0))
     assert (accept.nfe == 2).all()  # every block in one forward
     learned = jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))
-    out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask, learned_filter=learned)
+    out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask, policy_params=learned)
     assert not (out.tokens == MASK_ID).any() and (out.nfe <= 8).all()
 
 
@@ -219,18 +219,18 @@ def test_learn2pd_end_of_text_prediction(tmp_path):
     ids, mask, _ = prompts([4, 6], seed=14)
     width = ids.shape[1]
     first = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
-                             learned_filter=_ConstantFilter(20.0))
+                             policy_params=_ConstantFilter(20.0))
     eos = int(first.tokens[0, width + 3])  # a token row 0 emits in its first block
     model = jaxdllm.from_pretrained(tmp_path, eos_token_id=eos)
     out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask,
-                           learned_filter=_ConstantFilter(20.0))
+                           policy_params=_ConstantFilter(20.0))
     gen = out.tokens[0, width:]
     cut = int(np.argmax(gen == eos))
     assert cut <= 3 and (gen[cut:] == eos).all() and int(out.nfe[0]) == 1  # later block never decoded
 
 
 def test_learn2pd_needs_a_filter(model):
-    with pytest.raises(ConfigError, match="needs learned_filter"):
+    with pytest.raises(ConfigError, match="needs policy_params"):
         jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(policy="learn2pd"))
-    with pytest.raises(ConfigError, match="needs learned_filter"):
-        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), learned_filter=_ConstantFilter(1.0))
+    with pytest.raises(ConfigError, match="needs policy_params"):
+        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), policy_params=_ConstantFilter(1.0))

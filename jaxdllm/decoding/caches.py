@@ -44,6 +44,7 @@ class Cache(Settings):
       attentions: the model attention modes it serves.
       supports_cfg: it can run classifier-free guidance (a second, unconditional canvas).
       answer_logits: it can return logits for the whole answer (`span="answer"`).
+      keeps_kv: it holds K/V between steps (methods with their own exact cache refuse it).
     """
 
     name: ClassVar[str] = ""
@@ -51,6 +52,7 @@ class Cache(Settings):
     attentions: ClassVar[tuple[str, ...]] = ("bidirectional", "block_causal")
     supports_cfg: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
+    keeps_kv: ClassVar[bool] = True
 
     def check(self, config) -> None:
         """Checks that need only the `SamplerConfig` (at construction)."""
@@ -90,6 +92,7 @@ def logits_span(state, lay, config, span: str) -> tuple:
 @dataclasses.dataclass(frozen=True)
 class NoCache(Cache):
     name = "none"
+    keeps_kv = False
     supports_cfg = True
     answer_logits = True
 

@@ -36,7 +36,7 @@ class JacobiDecoding:
     name = "jacobi"
 
     def check_config(self, config) -> None:
-        if config.cache.name != "none":
+        if config.cache.keeps_kv:
             raise ConfigError(f"policy={config.policy.name!r} keeps its own exact KV cache: leave cache='none'")
 
     def check_model(self, model_config, config) -> None:
@@ -70,7 +70,7 @@ class JacobiDecoding:
                                  policy_state=config.policy.init_state(b, n, model.config.vocab_size),
                                  max_trajectory=config.max_trajectory)
 
-    def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+    def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:
         """One forward of every row's window `[B, W]` (and of its recycled alternatives),
         acceptance, and the bookkeeping."""
         policy, T = config.policy, lay.total
@@ -106,8 +106,9 @@ class JacobiDecoding:
         logits, chosen, cache = jax.vmap(row, in_axes=(0, 0, 0, 0, 0, 0, 0, axes), out_axes=(0, 0, axes))(
             ids[:, 0], drafts, valid, candidates, pos, seg, start, state.cache)
         nfe = state.nfe + candidates.any(1).astype(jnp.int32)
-        ctx = StepContext(config, state.block, state.block_step, jax.random.fold_in(state.key, state.step),
-                          state.policy_state, lay.eos_eot, lay.eos_id, learned_filter,
+        ctx = StepContext(config=config, block=state.block, block_step=state.block_step,
+                          key=jax.random.fold_in(state.key, state.step), state=state.policy_state,
+                          eos_eot_ids=lay.eos_eot, eos_id=lay.eos_id, policy_params=policy_params,
                           draft=chosen, undecided=state.undecided[:, lay.prompt_len:])
         decision = policy.commit(logits, candidates, ctx)
         if config.stop_at_eos:  # a window can reach its fixed point past an EOS: nothing after it counts

@@ -16,24 +16,24 @@ from flax import nnx
 
 from jaxdllm.decoding.layout import CanvasView
 
-_STATIC = ("graphdef", "method", "lay", "config", "filter_def")
+_STATIC = ("graphdef", "method", "lay", "config", "params_def")
 
 
-def _merge(filter_def, filter_state):
-    return None if filter_def is None else nnx.merge(filter_def, filter_state)
+def _merge(params_def, params_state):
+    return None if params_def is None else nnx.merge(params_def, params_state)
 
 
-def _decode(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
-            filter_def=None):
+def _decode(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
+            params_def=None):
     """The whole generation: `init`, then `step` while any row is decoding. Returns the final
     `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done)."""
     model = nnx.merge(graphdef, params)
-    learned_filter = _merge(filter_def, filter_state)
+    policy_params = _merge(params_def, params_state)
     view = CanvasView.of(seg_prompt, config.gen_length)
     state = method.init(model, prompt, view, key, lay, config, valid)
     limit = method.max_steps(config)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
-                              lambda s: method.step(model, s, view, lay, config, learned_filter), state)
+                              lambda s: method.step(model, s, view, lay, config, policy_params), state)
 
 
 decode = jax.jit(_decode, static_argnames=_STATIC)
@@ -53,19 +53,19 @@ def init_step(graphdef, params, prompt, seg_prompt, valid, key, *, method, lay, 
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def one_step(graphdef, params, state, seg_prompt, filter_state=None, *, method, lay, config, filter_def=None):
+def one_step(graphdef, params, state, seg_prompt, params_state=None, *, method, lay, config, params_def=None):
     """One iteration of the loop body."""
     view = CanvasView.of(seg_prompt, config.gen_length)
-    return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(filter_def, filter_state))
+    return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(params_def, params_state))
 
 
-def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, filter_state=None, *, method, lay, config,
-                    filter_def=None):
+def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
+                    params_def=None):
     """The same decoding as `decode`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
     state = init_step(graphdef, params, prompt, seg_prompt, valid, key, method=method, lay=lay, config=config)
     limit = method.max_steps(config)
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
-        state = one_step(graphdef, params, state, seg_prompt, filter_state, method=method, lay=lay, config=config,
-                         filter_def=filter_def)
+        state = one_step(graphdef, params, state, seg_prompt, params_state, method=method, lay=lay, config=config,
+                         params_def=params_def)
     return state

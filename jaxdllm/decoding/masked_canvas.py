@@ -62,7 +62,7 @@ class Diffusion:
             policy_state=config.policy.init_state(b, config.block_length, model.config.vocab_size),
             max_trajectory=config.max_trajectory)
 
-    def step(self, model, state: DecodeState, view, lay, config, learned_filter=None) -> DecodeState:
+    def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:
         """One forward of the current block, the policy's commit, and the bookkeeping."""
         policy, bl = config.policy, config.block_length
         start = lay.prompt_len + state.block * bl
@@ -77,9 +77,10 @@ class Diffusion:
 
         candidates = slice_window(state.undecided, start, bl) & ~state.done[:, None]
         nfe = state.nfe + passes * candidates.any(1).astype(jnp.int32)
-        ctx = StepContext(config, state.block, state.block_step, jax.random.fold_in(state.key, state.step),
-                          state.policy_state, lay.eos_eot, lay.eos_id, learned_filter, answer_logits,
-                          undecided=state.undecided[:, lay.prompt_len:])
+        ctx = StepContext(config=config, block=state.block, block_step=state.block_step,
+                          key=jax.random.fold_in(state.key, state.step), state=state.policy_state,
+                          eos_eot_ids=lay.eos_eot, eos_id=lay.eos_id, policy_params=policy_params,
+                          answer_logits=answer_logits, undecided=state.undecided[:, lay.prompt_len:])
         decision = policy.commit(logits, candidates, ctx)
 
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),

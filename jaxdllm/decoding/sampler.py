@@ -57,7 +57,7 @@ class Prepared(NamedTuple):
     rows: int           # B
 
 
-def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=None) -> None:
+def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=None) -> None:
     """Errors a user can act on, raised before anything compiles."""
     method_of(config).check_model(model_config, config)
     if prompt_len >= model_config.max_position:
@@ -71,10 +71,10 @@ def check(model_config, config: SamplerConfig, prompt_len: int, learned_filter=N
                           "shorten the prompt (padding to prompt_bucket is dropped when it would not fit)")
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
-    if (learned_filter is not None) != config.policy.needs_learned_filter:
-        readers = [name for name, cls in POLICIES.items() if cls.needs_learned_filter]
-        raise ConfigError(f"policy {', '.join(map(repr, readers))} needs learned_filter=<module>, and only it "
-                          f"takes one (policy here: {config.policy.name!r})")
+    if (policy_params is not None) != config.policy.needs_params:
+        readers = [name for name, cls in POLICIES.items() if cls.needs_params]
+        raise ConfigError(f"policy {', '.join(map(repr, readers))} needs policy_params=<its module> (learn2pd: "
+                          f"a Learn2PDFilter), and only it takes one (policy here: {config.policy.name!r})")
 
 
 def check_inputs(model_config, input_ids, attention_mask) -> None:
@@ -112,14 +112,14 @@ def check_inputs(model_config, input_ids, attention_mask) -> None:
 
 
 def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_multiple: int = 1,
-            learned_filter=None) -> Prepared:
+            policy_params=None) -> Prepared:
     """Bucket and left-pad the prompts, check everything, and fix the layout (host only)."""
     check_inputs(model_config, input_ids, attention_mask)
     pad_id = model_config.pad_token_id if model_config.pad_token_id is not None else 0
     prompt_len = np.shape(input_ids)[-1]
     ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config, prompt_len),
                                       pad_id)
-    check(model_config, config, ids.shape[1], learned_filter)
+    check(model_config, config, ids.shape[1], policy_params)
     rows = ids.shape[0]
     idle = -rows % row_multiple
     valid = np.concatenate([np.ones(rows, bool), np.zeros(idle, bool)])
@@ -220,20 +220,20 @@ class Sampler:
             return host
         return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
-    def _run(self, driver, input_ids, config, attention_mask, key, learned_filter) -> GenerateResult:
+    def _run(self, driver, input_ids, config, attention_mask, key, policy_params) -> GenerateResult:
         if not isinstance(config, SamplerConfig):
             raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
         if hasattr(input_ids, "ids") and hasattr(input_ids, "mask"):  # a tokenizer's TokenBatch
             attention_mask = input_ids.mask if attention_mask is None else attention_mask
             input_ids = input_ids.ids
-        p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, learned_filter)
-        filter_def, filter_state = (None, None) if learned_filter is None else nnx.split(learned_filter)
+        p = prepare(self.model_config, input_ids, attention_mask, config, self._row_multiple, policy_params)
+        params_def, params_state = (None, None) if policy_params is None else nnx.split(policy_params)
         try:
             with _decoding_mesh(self._mesh):
                 key = jax.random.PRNGKey(0) if key is None else _recreated(key)
                 state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
-                               self._place(p.valid), key, filter_state, method=method_of(config), lay=p.lay,
-                               config=config, filter_def=filter_def)
+                               self._place(p.valid), key, params_state, method=method_of(config), lay=p.lay,
+                               config=config, params_def=params_def)
             return _result(state, p, config)
         except Exception as e:  # XLA's out of memory has no stable public type: read its status
             memory = out_of_memory_message(e, self._sizes(p))
@@ -253,7 +253,7 @@ class Sampler:
 
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
         args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
-        return args, dict(method=method_of(config), lay=p.lay, config=config, filter_def=None)
+        return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None)
 
     def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
         """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on
@@ -290,7 +290,7 @@ class Sampler:
                 f"{p.lay.total - p.lay.prompt_len}), weights {weights / 2**30:.2f} GiB on {devices} device(s)")
 
     def __call__(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                 learned_filter: nnx.Module | None = None) -> GenerateResult:
+                 policy_params: nnx.Module | None = None) -> GenerateResult:
         """Decode `gen_length` tokens after each prompt in one compiled call.
 
         Args:
@@ -299,19 +299,21 @@ class Sampler:
           config: a `SamplerConfig` (see `SamplerConfig.preset`).
           attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding; default all ones.
           key: PRNG key for sampling, random remasking and draft initialisation (default `PRNGKey(0)`).
-          learned_filter: for policies that read one (`learn2pd`), a module mapping `[B,
-            block_length]` top-1 probabilities to accept logits of the same shape.
+          policy_params: the parameters of a policy that has its own (`Policy.needs_params`), as
+            an NNX module: for `learn2pd`, its filter (`Learn2PDFilter`: `[B, block_length]`
+            top-1 probabilities to accept logits of the same shape). The policy reads it as
+            `StepContext.policy_params`; the loop only carries it.
 
         Returns:
           `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
           prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
         """
-        return self._run(decode, input_ids, config, attention_mask, key, learned_filter)
+        return self._run(decode, input_ids, config, attention_mask, key, policy_params)
 
     def stepwise(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                 learned_filter: nnx.Module | None = None) -> GenerateResult:
+                 policy_params: nnx.Module | None = None) -> GenerateResult:
         """The same decoding as `__call__`, driven by a Python loop of jitted steps (for benchmarks)."""
-        return self._run(decode_stepwise, input_ids, config, attention_mask, key, learned_filter)
+        return self._run(decode_stepwise, input_ids, config, attention_mask, key, policy_params)
 
 
 def _host(x) -> np.ndarray:
@@ -334,7 +336,7 @@ def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
 
 
 def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-             learned_filter: nnx.Module | None = None) -> GenerateResult:
+             policy_params: nnx.Module | None = None) -> GenerateResult:
     """`Sampler(model)(input_ids, config, ...)`: decode `gen_length` tokens after each prompt in one
     compiled call (see `Sampler.__call__`). Holding a `Sampler` avoids splitting the model per call.
 
@@ -349,11 +351,11 @@ def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, ke
       `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
       prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
     """
-    return Sampler(model)(input_ids, config, attention_mask, key=key, learned_filter=learned_filter)
+    return Sampler(model)(input_ids, config, attention_mask, key=key, policy_params=policy_params)
 
 
 def generate_stepwise(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                      learned_filter: nnx.Module | None = None) -> GenerateResult:
+                      policy_params: nnx.Module | None = None) -> GenerateResult:
     """The same decoding as `generate`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
-    return Sampler(model).stepwise(input_ids, config, attention_mask, key=key, learned_filter=learned_filter)
+    return Sampler(model).stepwise(input_ids, config, attention_mask, key=key, policy_params=policy_params)

@@ -14,7 +14,8 @@ every step makes progress. What a policy may ask for (class attributes):
   tokens refined until they reach a fixed point).
 * `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
 * `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
-* `needs_learned_filter`: `generate(..., learned_filter=module)` must pass it a module.
+* `needs_params`: it has parameters of its own (e.g. Learn2PD's filter), passed as
+  `generate(..., policy_params=module)` and read as `ctx.policy_params`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from jaxdllm.errors import ConfigError
 from jaxdllm.registry import Settings
 
 
-class StepContext(NamedTuple):
-    """What a policy may read besides the logits.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepContext:
+    """What a policy may read besides the logits (built by keyword only).
 
     Attributes:
       config: the `SamplerConfig`.
@@ -39,7 +41,8 @@ class StepContext(NamedTuple):
       state: the policy's own carry (`Policy.init_state`), as the previous step left it.
       eos_eot_ids: the model's EOS / end-of-turn ids.
       eos_id: the model's EOS id (or None).
-      learned_filter: the module passed to `generate` (policies with `needs_learned_filter`).
+      policy_params: the policy's own parameters, the module passed to `generate` (policies with
+        `needs_params`).
       answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
       draft: `[B, L]` tokens the window's positions hold now (the Jacobi draft), or None (diffusion).
       undecided: `[B, G]` the whole answer's undecided positions before this step.
@@ -52,7 +55,7 @@ class StepContext(NamedTuple):
     state: Any
     eos_eot_ids: tuple[int, ...] = ()
     eos_id: int | None = None
-    learned_filter: Any = None
+    policy_params: Any = None
     answer_logits: jax.Array | None = None
     draft: jax.Array | None = None
     undecided: jax.Array | None = None
@@ -90,7 +93,7 @@ class Policy(Settings):
     method: ClassVar[str] = "diffusion"
     scheduled: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
-    needs_learned_filter: ClassVar[bool] = False
+    needs_params: ClassVar[bool] = False
 
     def check(self, config) -> None:
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""

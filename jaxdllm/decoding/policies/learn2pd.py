@@ -4,7 +4,7 @@ committed too. With `eot_prediction` (EoTP), an accepted EOS ends the answer: ev
 becomes EOS and later blocks are never decoded.
 
 The filter is any module `[B, block_length] -> [B, block_length]` accept logits passed as
-`generate(..., learned_filter=module)`; `Learn2PDFilter` is the published 2-layer MLP (32 -> 32).
+`generate(..., policy_params=module)`; `Learn2PDFilter` is the published 2-layer MLP (32 -> 32).
 Train it with BCE on oracle traces (the sampler's `max_trajectory` recordings).
 """
 
@@ -36,7 +36,7 @@ class Learn2PD(ConfidencePolicy):
     eot_prediction: bool = True
     name = "learn2pd"
     scheduled = True
-    needs_learned_filter = True
+    needs_params = True
 
     def check(self, config):
         in_unit_interval(self.filter_threshold, "filter_threshold", self.name)
@@ -46,7 +46,7 @@ class Learn2PD(ConfidencePolicy):
         cfg = ctx.config
         tokens, conf = self.greedy(logits, ctx)
         p1 = jnp.max(jax.nn.softmax(logits, axis=-1), axis=-1)
-        accept = candidates & (jax.nn.sigmoid(ctx.learned_filter(p1)) > self.filter_threshold)
+        accept = candidates & (jax.nn.sigmoid(ctx.policy_params(p1)) > self.filter_threshold)
         k = scheduled_count(cfg, jnp.minimum(ctx.block_step, cfg.steps_per_block - 1))
         commit = accept | (candidates & (rank_among(conf, candidates) < k))
         if not (self.eot_prediction and ctx.eos_id is not None):
