@@ -29,6 +29,7 @@ from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, PRESETS, ModelConfig
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
+from jaxdllm.train.data_sources import data_source
 from jaxdllm.train.objectives import make_objective, objective_class
 
 
@@ -56,7 +57,6 @@ class ModelSection:
         check_overrides(ModelConfig, self.overrides, "[model]", exclude=tuple(fixed))
 
 
-DATA_SOURCES = ("tasks", "jsonl", "gsm8k", "teacher", "trajectories")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +81,15 @@ class DataSection:
 
     def __post_init__(self):
         check_fields(self, "[data] ")
-        _check(self.source in DATA_SOURCES, f"[data] source must be one of {DATA_SOURCES}, got {self.source!r}")
+        source = data_source(self.source)  # an unknown source lists the registered ones
         _check(self.keep in ("correct", "all"), f"[data] keep must be 'correct' or 'all', got {self.keep!r}")
         _check(self.on_too_long in ("error", "skip"),
                f"[data] on_too_long must be 'error' or 'skip', got {self.on_too_long!r}")
-        _check(self.source != "jsonl" or self.path is not None, "[data] source = 'jsonl' needs path = \"FILE\"")
         _check(self.on_error in ("raise", "skip"), f"[data] on_error must be 'raise' or 'skip', got {self.on_error!r}")
         for name in ("examples_per_task", "seq_len", "batch_size"):
             require_positive_int(getattr(self, name), f"[data] {name}")
         _check(isinstance(self.window, int) and self.window >= 2, f"[data] window must be an integer >= 2, got {self.window!r}")
-        if self.source == "tasks":
-            _check(bool(self.tasks), "[data] tasks is empty: name one or more tasks")
-            for task in self.tasks:
-                get_task(task)  # an unknown name lists the registered tasks
+        source().check(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,13 +261,12 @@ class TrainConfig:
                f"{self.optim.grad_accum}")
         _check(objective_class(self.objective.kind).packing or not self.data.pack,
                f"[objective] {self.objective.kind} needs [data] pack = false (one example per row)")
-        _check(self.data.source not in ("teacher", "trajectories") or self.data.path is not None
-               or self.distill is not None,
+        source = data_source(self.data.source)
+        _check(source.distill_command is None or self.data.path is not None or self.distill is not None,
                f"[data] source = {self.data.source!r} needs path = \"FILE\" (a `jaxdllm distill "
-               f"{'generate' if self.data.source == 'teacher' else 'trajectories'}` output) or a [distill] section "
-               "whose out it reads")
+               f"{source.distill_command}` output) or a [distill] section whose out it reads")
         on_trajectories = objective_class(self.objective.kind).trajectory_selection is not None
-        _check(on_trajectories == (self.data.source == "trajectories"),
+        _check(on_trajectories == source.trajectories,
                f"[objective] {self.objective.kind} " + ("trains on Jacobi trajectories: set [data] source = "
                                                         "\"trajectories\"" if on_trajectories else
                                                         "does not train on trajectories: [data] source = "

@@ -35,6 +35,7 @@ from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer, special_token_ids
 from jaxdllm.train.config import TrainConfig
+from jaxdllm.train.data_sources import data_source
 from jaxdllm.train.lora import LoraConfig
 
 _LORA_SEED_SALT = 0x1042A  # the adapters' init key: fold_in(key(seed), salt)
@@ -189,29 +190,9 @@ def init_optimizer(tx: optax.GradientTransformation, trainable: dict, mesh: Mesh
     return jax.device_put(init(trainable), shardings), shardings
 
 
-def load_examples(data, tokenizer: Tokenizer | None = None, chat_template: bool = False,
-                  teacher_answers: str | None = None) -> list[Example]:
-    """The training examples a `[data]` section names; prompts wrapped in the tokenizer's chat
-    template when `chat_template`. `source = "teacher"` reads `teacher_answers` (default
-    `data.path`), a `jaxdllm distill generate` output, keeping the answers `data.keep` says."""
-    if data.source == "tasks":
-        examples = make_mixture(data.tasks, data.examples_per_task, data.seed, split=data.split)
-    elif data.source == "gsm8k":
-        examples = load_gsm8k(split=data.split, path=data.path)
-    elif data.source == "teacher":
-        from jaxdllm.train.distill import read_answers
-        examples = read_answers(teacher_answers or data.path, data.keep)
-    else:
-        examples = read_jsonl(data.path, JsonlConfig(on_error=data.on_error)).records
-    if chat_template:
-        examples = [dataclasses.replace(e, prompt=tokenizer.apply_chat_template(
-            [{"role": "user", "content": e.prompt}], add_generation_prompt=True)) for e in examples]
-    return examples
-
-
 def batch_config_for(config: TrainConfig) -> BatchConfig:
     """The batching of a recipe; this process keeps its slice of every global batch."""
-    packed_layout = config.data.source == "trajectories"  # rows already laid out: no EOS fill after them
+    packed_layout = data_source(config.data.source).packed_layout  # rows already laid out: no EOS fill after them
     return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
                        pack=config.data.pack, fill_with_eos=not (config.data.pack or packed_layout),
                        on_too_long=config.data.on_too_long,
@@ -220,36 +201,8 @@ def batch_config_for(config: TrainConfig) -> BatchConfig:
 
 
 def make_batches(config: TrainConfig, tokenizer: Tokenizer, objective, state: dict | None = None) -> BatchIterator:
-    """The recipe's batch iterator: its examples (`load_examples`) batched, or for `[data] source =
-    "trajectories"` the rows `objective` trains on, packed from the Jacobi trajectories."""
-    batch_config = batch_config_for(config)
-    if config.data.source != "trajectories":
-        examples = load_examples(config.data, tokenizer, config.data.chat_template,
-                                 teacher_answers=config.teacher_answers)
-        return make_batch_iterator(examples, tokenizer, batch_config, state)
-    from jaxdllm.train.distill.trajectories import read_trajectories, trajectory_examples
-
-    rows = trajectory_examples(read_trajectories(config.teacher_answers, config.data.keep), objective.block_length,
-                               selection=objective.trajectory_selection, eos_id=special_token_ids(tokenizer)["eos_token_id"],
-                               window=config.data.window, shift_schedule=config.data.shift_schedule,
-                               seed=config.data.seed)
-    return BatchIterator(fit_rows(rows, batch_config), batch_config, SpecialIds.from_tokenizer(tokenizer, batch_config),
-                         state)
-
-
-def fit_rows(rows: list[TokenizedExample], config: BatchConfig) -> list[TokenizedExample]:
-    """`rows` no longer than `config.seq_len`: longer ones raise `DataError` (or are skipped with a
-    warning under `on_too_long = "skip"`)."""
-    kept = [r for r in rows if len(r) <= config.seq_len]
-    if len(kept) < len(rows):
-        longest = max(len(r) for r in rows)
-        if config.on_too_long == "error":
-            raise DataError(f"{len(rows) - len(kept)} of {len(rows)} packed rows are longer than seq_len="
-                            f"{config.seq_len} (the longest: {longest} tokens); raise [data] seq_len or set "
-                            "on_too_long = \"skip\"")
-        warnings.warn(f"skipped {len(rows) - len(kept)} of {len(rows)} packed rows longer than seq_len="
-                      f"{config.seq_len}", stacklevel=2)
-    return kept
+    """The recipe's batch iterator, from its `[data] source` (`jaxdllm.train.data_sources`)."""
+    return data_source(config.data.source)().batches(config, tokenizer, objective, batch_config_for(config), state)
 
 
 def checkpoint_manager(workdir: Path | None, section) -> ocp.CheckpointManager | None:

@@ -28,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from typing import Sequence
 
 import numpy as np
 
-from jaxdllm.data.batching import TokenizedExample
+from jaxdllm.data.batching import BatchConfig, TokenizedExample
 from jaxdllm.data.jsonl import iter_jsonl_lines
 from jaxdllm.errors import ConfigError, DataError
 
@@ -149,3 +150,17 @@ def trajectory_examples(trajectories: Sequence[Trajectory], n: int, *, selection
         out.append(pack(t.prompt_ids, noisy, t.fixed_point[:blocks * n].reshape(blocks, n)))
     return out
 
+
+def fit_rows(rows: list[TokenizedExample], config: BatchConfig) -> list[TokenizedExample]:
+    """`rows` no longer than `config.seq_len`: longer ones raise `DataError` (or are skipped with a
+    warning under `on_too_long = "skip"`)."""
+    kept = [r for r in rows if len(r) <= config.seq_len]
+    if len(kept) < len(rows):
+        longest = max(len(r) for r in rows)
+        if config.on_too_long == "error":
+            raise DataError(f"{len(rows) - len(kept)} of {len(rows)} packed rows are longer than seq_len="
+                            f"{config.seq_len} (the longest: {longest} tokens); raise [data] seq_len or set "
+                            "on_too_long = \"skip\"")
+        warnings.warn(f"skipped {len(rows) - len(kept)} of {len(rows)} packed rows longer than seq_len="
+                      f"{config.seq_len}", stacklevel=2)
+    return kept
