@@ -65,7 +65,8 @@ def _train_step_call(recipe, model_config: ModelConfig, mesh, rows: int, seq_len
     from jaxdllm.data import BATCH_KEYS
     from jaxdllm.train import setup
     from jaxdllm.train.objectives import make_objective
-    from jaxdllm.train.step import batch_sharding, make_train_step
+    from jaxdllm.sharding import batch_sharding
+    from jaxdllm.train.step import make_train_step
 
     mesh = shd.auto_mesh(mesh)
     with jax.set_mesh(mesh):

@@ -2,10 +2,17 @@
 
 Mesh axes are `data`, `fsdp`, `tensor`. Parameters carry logical names (`vocab`, `embed`,
 `heads`, `kv_heads`, `head_dim`, `mlp`, `norm`); activations use `batch` and `length`.
+
+One rules table is in force at a time: `DEFAULT_RULES`, or the table of `use_rules(rules)`
+(the sampler sets the rules it was given around its compiled loop), which every function here
+reads when no `rules` is passed, so activation constraints inside the model follow the same
+table as the parameters' placement.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 from typing import Mapping
 
@@ -68,13 +75,38 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Me
                 axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
+_ACTIVE_RULES: contextvars.ContextVar = contextvars.ContextVar("jaxdllm_rules", default=None)
+
+
+@contextlib.contextmanager
+def use_rules(rules: Mapping[str, str | tuple[str, ...] | None] | tuple):
+    """Make `rules` (a table, or `frozen_rules` of one) the table in force for this block."""
+    token = _ACTIVE_RULES.set(dict(rules))
+    try:
+        yield
+    finally:
+        _ACTIVE_RULES.reset(token)
+
+
+def active_rules() -> Mapping[str, str | tuple[str, ...] | None]:
+    """The rules table in force: the innermost `use_rules`, else `DEFAULT_RULES`."""
+    return _ACTIVE_RULES.get() or DEFAULT_RULES
+
+
+def frozen_rules(rules: Mapping) -> tuple:
+    """`rules` as a sorted tuple of items: hashable, so it can be a static argument of a jit."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in rules.items()))
+
+
 def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh,
-                    rules: Mapping[str, str | tuple[str, ...] | None] = DEFAULT_RULES) -> PartitionSpec:
-    """The `PartitionSpec` for an array of `shape` whose dims carry `logical_axes`.
+                    rules: Mapping[str, str | tuple[str, ...] | None] | None = None) -> PartitionSpec:
+    """The `PartitionSpec` for an array of `shape` whose dims carry `logical_axes` (`rules`:
+    default the table in force, `active_rules()`).
 
     A dim whose size the mapped mesh axes do not divide is replicated (logged), so odd head
     counts still load; a mesh axis is used at most once per array.
     """
+    rules = active_rules() if rules is None else rules
     if len(logical_axes) != len(shape):
         raise ConfigError(f"logical axes {logical_axes} do not match shape {shape}")
     used: set[str] = set()
@@ -94,16 +126,38 @@ def logical_to_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...]
     return PartitionSpec(*spec)
 
 
-def constrain(x: jax.Array, logical_axes: tuple[str | None, ...], rules=DEFAULT_RULES) -> jax.Array:
-    """`x` constrained to the sharding its logical axes name on the current mesh (`jax.set_mesh`);
-    unchanged when no mesh is set. Activations use `batch`, `length`, `embed`, `vocab`."""
+def batch_sharding(mesh: Mesh, ndim: int = 2, rules=None) -> NamedSharding:
+    """Rows of an `[B, ...]` array over the mesh axes the `batch` rule names (those present with
+    size > 1), the other `ndim - 1` dims whole, on `auto_mesh(mesh)`. The one definition of how
+    batches shard: training batches, the sampler's rows and lowered programs use it."""
+    mesh = auto_mesh(mesh)
+    axes = batch_axes(mesh, rules)
+    return NamedSharding(mesh, PartitionSpec(axes or None, *([None] * (ndim - 1))))
+
+
+def batch_axes(mesh: Mesh, rules=None) -> tuple[str, ...]:
+    """The mesh axes rows are split over (the `batch` rule's axes present with size > 1)."""
+    spec = logical_to_spec(("batch",), (0,), mesh, rules)  # size 0 divides every axis
+    axes = spec[0] if spec[0] is not None else ()
+    return (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def batch_shards(mesh: Mesh, rules=None) -> int:
+    """How many ways rows are split: a batch must be a multiple of this."""
+    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)])) if batch_axes(mesh, rules) else 1
+
+
+def constrain(x: jax.Array, logical_axes: tuple[str | None, ...], rules=None) -> jax.Array:
+    """`x` constrained to the sharding its logical axes name on the current mesh (`jax.set_mesh`),
+    by `rules` (default the table in force); unchanged when no mesh is set. Activations use
+    `batch`, `length`, `embed`, `vocab`."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return x
     return jax.lax.with_sharding_constraint(x, logical_to_spec(logical_axes, x.shape, mesh, rules))
 
 
-def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.State:
+def state_shardings(state: nnx.State, mesh: Mesh, rules=None) -> nnx.State:
     """A pytree like `state` (abstract or concrete) holding a `NamedSharding` per parameter, on
     `auto_mesh(mesh)`."""
     mesh = auto_mesh(mesh)
@@ -117,7 +171,7 @@ def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.St
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-def shard_model(model: nnx.Module, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.Module:
+def shard_model(model: nnx.Module, mesh: Mesh, rules=None) -> nnx.Module:
     """Move an existing model's parameters to their named shardings on `mesh` (in place)."""
     graphdef, state = nnx.split(model)
     shardings = state_shardings(state, mesh, rules)

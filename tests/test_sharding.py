@@ -78,3 +78,28 @@ def test_orbax_restores_into_a_mesh(ckpt, tmp_path):
 def test_mesh_size_must_match_devices():
     with pytest.raises(ValueError, match="= 6 devices, but 8 are available"):
         sharding.make_mesh(data=3, fsdp=2)
+
+
+def test_a_samplers_rules_reach_the_models_activation_constraints(ckpt, monkeypatch):
+    """`Sampler(model, rules=...)`: every `constrain` the model makes while the loop is traced
+    reads those rules (not the defaults), and so do rows: `batch` over `data` alone splits rows 2
+    ways on a (2, 2, 2) mesh, not 4."""
+    rules = {**sharding.DEFAULT_RULES, "batch": "data", "vocab": None}
+    mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+    model = jaxdllm.from_pretrained(ckpt, mesh=mesh, rules=rules, attention="bidirectional", mask_token_id=3)
+    seen, original = [], sharding.constrain
+
+    def spy(x, logical_axes, rules=None):
+        seen.append(dict(sharding.active_rules()) if rules is None else rules)
+        return original(x, logical_axes, rules)
+
+    monkeypatch.setattr(sharding, "constrain", spy)
+    config = jaxdllm.SamplerConfig(gen_length=4, block_length=4, steps=4)
+    sampler = jaxdllm.decoding.Sampler(model, rules=rules)
+    out = sampler(np.full((3, 5), 7, np.int32), config)
+    assert out.tokens.shape == (3, 9) and sampler._row_multiple == 2
+    assert seen and all(r == rules for r in seen)
+    with sharding.use_rules(rules):
+        assert sharding.logical_to_spec(("batch", "length", "vocab"), (8, 4, 16), mesh) == P("data", None, None)
+    assert sharding.logical_to_spec(("batch", "length", "vocab"), (8, 4, 16), mesh) == P(("data", "fsdp"), None,
+                                                                                          "tensor")

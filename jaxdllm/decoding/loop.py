@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdllm import sharding as shd
 from jaxdllm.decoding.layout import CanvasView
 
-_STATIC = ("graphdef", "method", "lay", "config", "params_def")
+_STATIC = ("graphdef", "method", "lay", "config", "params_def", "rules")
 
 
 def _merge(params_def, params_state):
@@ -24,16 +25,18 @@ def _merge(params_def, params_state):
 
 
 def _decode(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
-            params_def=None):
+            params_def=None, rules=()):
     """The whole generation: `init`, then `step` while any row is decoding. Returns the final
-    `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done)."""
+    `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done).
+    `rules`: the sharding rules in force while tracing (`sharding.frozen_rules`; () the defaults)."""
     model = nnx.merge(graphdef, params)
     policy_params = _merge(params_def, params_state)
     view = CanvasView.of(seg_prompt, config.gen_length)
-    state = method.init(model, prompt, view, key, lay, config, valid)
-    limit = method.max_steps(config)
-    return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
-                              lambda s: method.step(model, s, view, lay, config, policy_params), state)
+    with shd.use_rules(rules):
+        state = method.init(model, prompt, view, key, lay, config, valid)
+        limit = method.max_steps(config)
+        return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
+                                  lambda s: method.step(model, s, view, lay, config, policy_params), state)
 
 
 decode = jax.jit(_decode, static_argnames=_STATIC)
@@ -45,27 +48,31 @@ def decode_to_export():
     return jax.jit(functools.partial(_decode), static_argnames=_STATIC)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config"))
-def init_step(graphdef, params, prompt, seg_prompt, valid, key, *, method, lay, config):
+@functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config", "rules"))
+def init_step(graphdef, params, prompt, seg_prompt, valid, key, *, method, lay, config, rules=()):
     """The initial `DecodeState` alone (the stepwise driver's first call)."""
     view = CanvasView.of(seg_prompt, config.gen_length)
-    return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid)
+    with shd.use_rules(rules):
+        return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def one_step(graphdef, params, state, seg_prompt, params_state=None, *, method, lay, config, params_def=None):
+def one_step(graphdef, params, state, seg_prompt, params_state=None, *, method, lay, config, params_def=None,
+             rules=()):
     """One iteration of the loop body."""
     view = CanvasView.of(seg_prompt, config.gen_length)
-    return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(params_def, params_state))
+    with shd.use_rules(rules):
+        return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(params_def, params_state))
 
 
 def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
-                    params_def=None):
+                    params_def=None, rules=()):
     """The same decoding as `decode`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
-    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, method=method, lay=lay, config=config)
+    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, method=method, lay=lay, config=config,
+                      rules=rules)
     limit = method.max_steps(config)
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
         state = one_step(graphdef, params, state, seg_prompt, params_state, method=method, lay=lay, config=config,
-                         params_def=params_def)
+                         params_def=params_def, rules=rules)
     return state

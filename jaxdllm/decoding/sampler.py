@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
@@ -169,7 +169,9 @@ class Sampler:
 
     Args:
       model: a `Transformer`, on one device or sharded over a mesh.
-      rules: the logical-axis rules naming the mesh axes of `batch` (default `sharding.DEFAULT_RULES`).
+      rules: the logical-axis rules: the mesh axes of `batch` for the rows, and the table in force
+        for the model's activation constraints while the loop is traced (default
+        `sharding.DEFAULT_RULES`; use the rules the model was placed with).
     """
 
     def __init__(self, model, rules=shd.DEFAULT_RULES):
@@ -179,15 +181,10 @@ class Sampler:
             model.remat = "none"
         self._graphdef, self._params = nnx.split(model)
         self._rules = rules
-        self._batch_sharding = None
         self._row_multiple = 1
         mesh = self._mesh = _mesh_of(self._params)
         if mesh is not None:
-            spec = shd.logical_to_spec(("batch",), (0,), mesh, rules)  # size 0 divides every axis
-            axes = spec[0] if spec[0] is not None else ()
-            axes = (axes,) if isinstance(axes, str) else tuple(axes)
-            self._row_multiple = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
-            self._batch_sharding = NamedSharding(mesh, PartitionSpec(axes or None))
+            self._row_multiple = shd.batch_shards(mesh, rules)
 
     # -- parameters --------------------------------------------------------------------------
     @property
@@ -209,10 +206,9 @@ class Sampler:
     # -- decoding ----------------------------------------------------------------------------
     def _row_sharding(self, ndim: int) -> NamedSharding | None:
         """Rows over the mesh's batch axes, the other `ndim - 1` dims whole (None: one device)."""
-        if self._batch_sharding is None:
+        if self._mesh is None:
             return None
-        spec = PartitionSpec(*self._batch_sharding.spec, *([None] * (ndim - 1)))
-        return NamedSharding(self._batch_sharding.mesh, spec)
+        return shd.batch_sharding(self._mesh, ndim, self._rules)
 
     def _place(self, host: np.ndarray):
         sharding = self._row_sharding(host.ndim)
@@ -233,7 +229,7 @@ class Sampler:
                 key = jax.random.PRNGKey(0) if key is None else _recreated(key)
                 state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
                                self._place(p.valid), key, params_state, method=method_of(config), lay=p.lay,
-                               config=config, params_def=params_def)
+                               config=config, params_def=params_def, rules=shd.frozen_rules(self._rules))
             return _result(state, p, config)
         except Exception as e:  # XLA's out of memory has no stable public type: read its status
             memory = out_of_memory_message(e, self._sizes(p))
@@ -253,7 +249,8 @@ class Sampler:
 
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
         args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
-        return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None)
+        return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None,
+                          rules=shd.frozen_rules(self._rules))
 
     def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
         """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on

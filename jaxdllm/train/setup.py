@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,10 +24,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdllm import sharding as shd
-from jaxdllm.data import (BatchConfig, BatchIterator, JsonlConfig, SpecialIds, TokenizedExample, build_char_tokenizer,
-                          load_gsm8k, make_batch_iterator, make_mixture, read_jsonl)
-from jaxdllm.data.records import Example
-from jaxdllm.errors import ConfigError, DataError
+from jaxdllm.data import BatchConfig, BatchIterator, build_char_tokenizer
+from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.lora import add_lora, merge_lora
 from jaxdllm.models.transformer import Transformer

@@ -9,13 +9,9 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdllm.data import BATCH_KEYS
+from jaxdllm.sharding import batch_sharding
 from jaxdllm.train.objectives import Objective, Views
 from jaxdllm.train.setup import SplitModel
-
-
-def batch_sharding(mesh) -> NamedSharding:
-    """Rows over `(data, fsdp)`, tokens whole."""
-    return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
 
 
 def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientTransformation, opt_shardings, mesh,

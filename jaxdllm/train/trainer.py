@@ -32,7 +32,8 @@ from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.train import setup
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.objectives import make_objective
-from jaxdllm.train.step import batch_sharding, make_train_step
+from jaxdllm.sharding import batch_sharding
+from jaxdllm.train.step import make_train_step
 from jaxdllm.train.workdir_lock import WorkdirLock
 from jaxdllm.validation import require_positive_int
 
