@@ -1,7 +1,8 @@
 """Decode an evaluation task's items in batches with the compiled sampler, resumably.
 
-`run_task` splits the items into fixed batches (items `[k*B, (k+1)*B)`), decodes each with
-`jaxdllm.generate`, scores every response and appends one JSON line per item to an `ItemStore`.
+`decode_batches` is the one resumable batched decoding loop: eval, the teacher's answers and
+Jacobi trajectories (`jaxdllm.train.distill.teacher`) all run it. `run_task` splits the items
+into fixed batches (items `[k*B, (k+1)*B)`), decodes each, scores every response and appends one JSON line per item to an `ItemStore`.
 A batch is written only once it is complete, so after a kill the next run skips the finished
 batches and decodes the rest in the same batches: the per-item records, and so every metric
 but wall-clock time, are those of an uninterrupted run.
@@ -14,16 +15,18 @@ exist).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator, Sequence
 
+import jax
 import numpy as np
 
-from jaxdllm.decoding import SamplerConfig, generate
+from jaxdllm.decoding import GenerateResult, SamplerConfig, generate
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval.tasks import EvalItem, EvalTask
 from jaxdllm.models.transformer import Transformer
@@ -85,6 +88,67 @@ class ItemStore:
         return len(self._records)
 
 
+@dataclasses.dataclass
+class DecodedBatch:
+    """One batch of `decode_batches`: rows `[lo, lo + size)` of the input.
+
+    Attributes:
+      lo, size: the first row's index and the number of real rows (the batch may be padded
+        beyond them to keep one compiled shape).
+      ids: `[B, Lp]` the left-padded prompts; `tokens`: `[B, G]` the generated tokens.
+      result: the `GenerateResult` (nfe, commit steps, a trajectory when the config records one).
+      seconds: wall-clock time of the `generate` call; `compiled`: whether this (config, rows,
+        prompt bucket) shape was new to this process (its time includes compiling).
+    """
+
+    lo: int
+    size: int
+    ids: np.ndarray
+    tokens: np.ndarray
+    result: GenerateResult
+    seconds: float
+    compiled: bool
+
+
+def decode_batches(model: Transformer, rows: Sequence[list[int]], config: SamplerConfig, *, batch_size: int,
+                   start: int = 0, same_shape: bool = False, seed: int | None = None,
+                   finished: Callable[[int, int], bool] | None = None, progress=None, stop=None
+                   ) -> Iterator[DecodedBatch]:
+    """The one resumable batched decoding loop (eval, teacher answers, Jacobi trajectories).
+
+    Decodes the prompt ids `rows` in fixed batches `[k*B, (k+1)*B)` from row `start`, one compiled
+    `generate` call each, and yields each `DecodedBatch`. The caller stores a batch before asking
+    for the next: only then is `progress` (a tqdm-like bar) advanced and `stop` (a
+    `jaxdllm.interrupts.StopRequest`) checked, so a stop request ends the run between stored
+    batches. `finished(lo, hi)` says a batch is already stored (it is skipped);
+    `same_shape` pads the last batch to `batch_size` rows; `seed` makes batch k's key
+    `fold_in(PRNGKey(seed), k)` (None: `generate`'s default key for every batch).
+    """
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    for lo in range(start, len(rows), batch_size):
+        hi = min(lo + batch_size, len(rows))
+        if finished is not None and finished(lo, hi):
+            if progress is not None:
+                progress.update(hi - lo)
+            continue
+        chunk = list(rows[lo:hi])
+        if same_shape:
+            chunk += [chunk[0]] * (batch_size - len(chunk))  # one batch shape: one compile
+        ids, mask = left_pad(chunk, pad)
+        key = None if seed is None else jax.random.fold_in(jax.random.PRNGKey(seed), lo // batch_size)
+        begin = time.perf_counter()
+        result = generate(model, ids, config, attention_mask=mask, key=key)
+        tokens = np.asarray(result.tokens[:, ids.shape[1]:])
+        seconds = time.perf_counter() - begin
+        shape = (repr(config), len(chunk), -(-ids.shape[1] // config.prompt_bucket))
+        compiled, _ = shape not in _COMPILED_SHAPES, _COMPILED_SHAPES.add(shape)
+        yield DecodedBatch(lo, hi - lo, ids, tokens, result, seconds, compiled)
+        if progress is not None:
+            progress.update(hi - lo)
+        if stop is not None:
+            stop.check()
+
+
 def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]], config: SamplerConfig):
     """Left-pad the prompt ids `rows` (B lists), decode them in one `generate` call.
 
@@ -92,15 +156,10 @@ def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]],
     `compiled` says whether this (config, rows, prompt bucket) shape was new to this process.
     """
     eos = model.config.eos_token_id
-    ids, mask = left_pad(rows, model.config.pad_token_id or 0)
-    start = time.perf_counter()
-    result = generate(model, ids, config, attention_mask=mask)
-    tokens = np.asarray(result.tokens[:, ids.shape[1]:])
-    seconds = time.perf_counter() - start
-    shape = (repr(config), len(rows), -(-ids.shape[1] // config.prompt_bucket))
-    compiled, _ = shape not in _COMPILED_SHAPES, _COMPILED_SHAPES.add(shape)
-    responses = [decode_response(tokenizer, row, eos) for row in tokens]
-    return responses, np.asarray(result.nfe), [answer_length(row, eos) for row in tokens], seconds, compiled
+    batch = next(decode_batches(model, rows, config, batch_size=len(rows)))
+    responses = [decode_response(tokenizer, row, eos) for row in batch.tokens]
+    return (responses, np.asarray(batch.result.nfe), [answer_length(row, eos) for row in batch.tokens],
+            batch.seconds, batch.compiled)
 
 
 def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: list[EvalItem],
@@ -116,29 +175,18 @@ def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: li
     """
     if not items:
         raise ConfigError(f"task {task.name!r} has no items to evaluate")
-    out = []
-    for lo in range(0, len(items), batch_size):
-        chunk = items[lo:lo + batch_size]
-        done = [store.get(key, item.id) for item in chunk]
-        if all(done):
-            out += done
-            if progress is not None:
-                progress.update(len(chunk))
-            continue
-        responses, nfe, answer_tokens, seconds, compiled = decode_rows(
-            model, tokenizer, [task.encode(tokenizer, item) for item in chunk], config)
-        records = [{"key": key, "task": task.name, "id": item.id, "response": response,
+    eos = model.config.eos_token_id
+    stored = lambda lo, hi: all(store.get(key, item.id) for item in items[lo:hi])
+    for batch in decode_batches(model, [task.encode(tokenizer, item) for item in items], config,
+                                batch_size=batch_size, finished=stored, progress=progress, stop=stop):
+        chunk = items[batch.lo:batch.lo + batch.size]
+        responses = [decode_response(tokenizer, row, eos) for row in batch.tokens]
+        store.add([{"key": key, "task": task.name, "id": item.id, "response": response,
                     "extracted": task.extract(response), "correct": bool(task.score(item, response)),
-                    "nfe": int(n), "answer_tokens": int(a), "batch": lo // batch_size,
-                    "batch_seconds": seconds, "compiled": compiled}
-                   for item, response, n, a in zip(chunk, responses, nfe, answer_tokens)]
-        store.add(records)
-        out += records
-        if progress is not None:
-            progress.update(len(chunk))
-        if stop is not None:
-            stop.check()
-    return out
+                    "nfe": int(n), "answer_tokens": answer_length(row, eos), "batch": batch.lo // batch_size,
+                    "batch_seconds": batch.seconds, "compiled": batch.compiled}
+                   for item, response, n, row in zip(chunk, responses, batch.result.nfe, batch.tokens)])
+    return [store.get(key, item.id) for item in items]
 
 
 def summarize(records: Iterable[dict]) -> dict:

@@ -41,11 +41,11 @@ from jaxdllm.data import get_task, load_gsm8k, make_mixture
 from jaxdllm.data.answers import extract_final_answer, final_number, same_number
 from jaxdllm.data.jsonl import iter_jsonl_lines
 from jaxdllm.data.records import Example
-from jaxdllm.decoding import Sampler, SamplerConfig
+from jaxdllm.decoding import SamplerConfig
 from jaxdllm.errors import DataError, Interrupted
 from jaxdllm.interrupts import signal_number, stop_between_batches
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
-from jaxdllm.eval.runner import left_pad
+from jaxdllm.eval.runner import decode_batches
 
 META_SUFFIX = ".meta.json"
 STATS_SUFFIX = ".stats.json"
@@ -256,42 +256,34 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
 def _answer_batches(model, tokenizer: Tokenizer, examples: Sequence[Example], config: SamplerConfig, out: Path,
                     done: int, *, batch_size: int, seed: int, chat_template: bool, trajectories: bool,
                     bar, stop) -> tuple[int, int]:
-    """Answer `examples[done:]` batch by batch, appending each batch's records to `out`;
-    returns `(answered, kept)` of this call."""
-    sampler = Sampler(model)
+    """Answer `examples[done:]` batch by batch (`jaxdllm.eval.runner.decode_batches`), appending
+    each batch's records to `out`; returns `(answered, kept)` of this call."""
     eos = model.config.eos_token_id
-    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     kept = answered = 0
-    for lo in range(done, len(examples), batch_size):
-        chunk = list(examples[lo:lo + batch_size])
-        rows = [_encode(tokenizer, e.prompt, chat_template) for e in chunk]
-        rows += [rows[0]] * (batch_size - len(rows))      # one batch shape: one compile
-        ids, mask = left_pad(rows, pad)
-        key = jax.random.fold_in(jax.random.PRNGKey(seed), lo // batch_size)
-        result = sampler(ids, config, attention_mask=mask, key=key)
+    rows = [_encode(tokenizer, e.prompt, chat_template) for e in examples]
+    for batch in decode_batches(model, rows, config, batch_size=batch_size, start=done, same_shape=True, seed=seed,
+                                progress=bar, stop=stop):
         lines = []
-        for i, example in enumerate(chunk):
-            generated = result.tokens[i, ids.shape[1]:]
-            response = decode_response(tokenizer, generated, eos)
+        for i, example in enumerate(examples[batch.lo:batch.lo + batch.size]):
+            response = decode_response(tokenizer, batch.tokens[i], eos)
             correct = check_answer(example, response)
-            record = {"index": lo + i, "task": example.task, "prompt": example.prompt, "answer": response,
-                      "correct": correct, "nfe": int(result.nfe[i]), "answer_tokens": answer_length(generated, eos)}
+            record = {"index": batch.lo + i, "task": example.task, "prompt": example.prompt, "answer": response,
+                      "correct": correct, "nfe": int(batch.result.nfe[i]),
+                      "answer_tokens": answer_length(batch.tokens[i], eos)}
             if example.answer is not None:
                 record["reference"] = example.answer
             if trajectories:
-                record.update(_states(result, i, ids.shape[1], rows[i]))
+                record.update(_states(batch.result, i, batch.ids.shape[1], rows[batch.lo + i]))
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             kept += correct is True
-        answered += len(chunk)
+        answered += batch.size
         if jax.process_index() == 0:
             with out.open("a", encoding="utf-8") as f:
                 f.write("".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
         if bar is not None:
-            bar.update(len(chunk))
             bar.set_postfix(kept=f"{kept / answered:.1%}", refresh=False)
-        stop.check()
     return answered, kept
 
 
