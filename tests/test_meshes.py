@@ -38,6 +38,7 @@ def qwen(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~20 s; generate and the train step below cover the Explicit-axes mesh by default
 @pytest.mark.parametrize("kind", KINDS)
 def test_from_pretrained_then_forward(kind, qwen):
     mesh = MESHES[kind]()

@@ -144,7 +144,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
-@pytest.mark.parametrize("kind", ["jax.make_mesh", "sharding.make_mesh"])
+@pytest.mark.parametrize("kind", ["jax.make_mesh", pytest.param("sharding.make_mesh", marks=pytest.mark.slow)])
 def test_sharded_kernel_equals_unsharded(kind):
     mesh = (jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")) if kind == "jax.make_mesh"
             else sharding.make_mesh(data=2, fsdp=2, tensor=2))
