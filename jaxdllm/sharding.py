@@ -144,7 +144,7 @@ def batch_axes(mesh: Mesh, rules=None) -> tuple[str, ...]:
 
 def batch_shards(mesh: Mesh, rules=None) -> int:
     """How many ways rows are split: a batch must be a multiple of this."""
-    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)])) if batch_axes(mesh, rules) else 1
+    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)]))  # 1 for no axes
 
 
 def constrain(x: jax.Array, logical_axes: tuple[str | None, ...], rules=None) -> jax.Array:

@@ -181,6 +181,7 @@ class Sampler:
             model.remat = "none"
         self._graphdef, self._params = nnx.split(model)
         self._rules = rules
+        self._static_rules = shd.frozen_rules(rules)  # the loop's static argument
         self._row_multiple = 1
         mesh = self._mesh = _mesh_of(self._params)
         if mesh is not None:
@@ -229,7 +230,7 @@ class Sampler:
                 key = jax.random.PRNGKey(0) if key is None else _recreated(key)
                 state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
                                self._place(p.valid), key, params_state, method=method_of(config), lay=p.lay,
-                               config=config, params_def=params_def, rules=shd.frozen_rules(self._rules))
+                               config=config, params_def=params_def, rules=self._static_rules)
             return _result(state, p, config)
         except Exception as e:  # XLA's out of memory has no stable public type: read its status
             memory = out_of_memory_message(e, self._sizes(p))
@@ -250,7 +251,7 @@ class Sampler:
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
         args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
         return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None,
-                          rules=shd.frozen_rules(self._rules))
+                          rules=self._static_rules)
 
     def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
         """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on

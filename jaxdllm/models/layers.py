@@ -63,10 +63,9 @@ class Einsum(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.astype(self.dtype)
-        if self.kernel_scale is not None:
-            y = quantize.int8_einsum(self.eqn, x, self.kernel[...], self.kernel_scale[...], self.dtype)
-        else:
-            y = jnp.einsum(self.eqn, x, self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
+        kernel = (self.kernel[...].astype(self.dtype) if self.kernel_scale is None
+                  else quantize.dequantize(self.kernel[...], self.kernel_scale[...], self.dtype))
+        y = jnp.einsum(self.eqn, x, kernel, preferred_element_type=jnp.float32)
         if self.lora_a is not None:
             down, up = self.lora_eqns
             xa = jnp.einsum(down, x, self.lora_a[...].astype(self.dtype), preferred_element_type=jnp.float32)

@@ -55,24 +55,17 @@ def quantize_kernel(w: jax.Array | np.ndarray, scale_shape_: tuple[int, ...]) ->
 
 
 def dequantize(qvalue: jax.Array, scale: jax.Array, dtype=jnp.float32) -> jax.Array:
-    """`qvalue * scale` in `dtype`: the float kernel an int8 one stands for."""
-    return qvalue.astype(dtype) * scale.astype(dtype)
+    """`qvalue * scale` in `dtype` (`qwix.dequantize`): the float kernel an int8 one stands for.
 
-
-def int8_einsum(eqn: str, x: jax.Array, qvalue: jax.Array, scale: jax.Array, dtype) -> jax.Array:
-    """`einsum(eqn, x, qvalue * scale)` with the dequantization in `dtype` and float32
-    accumulation; `x` is cast to `dtype`. Returns float32.
-
-    The kernel is dequantized by `qwix.dequantize` and the einsum is the float layers' own, so
-    an int8 model computes exactly what a float model holding `qvalue * scale` computes; XLA fuses
-    the convert and multiply into the matmul. (`qwix.einsum` does the same dequantize-then-dot for
-    weight-only int8, but its operand order makes XLA's CPU runtime emit a bf16 x bf16 -> f32 dot
-    it cannot run, for 2-D kernels in bf16.)
+    The layers einsum this kernel exactly as they einsum a float one, so an int8 model computes
+    what a float model holding `qvalue * scale` computes; XLA fuses the convert and multiply into
+    the matmul. (`qwix.einsum` does the same dequantize-then-dot for weight-only int8, but its
+    operand order makes XLA's CPU runtime emit a bf16 x bf16 -> f32 dot it cannot run, for 2-D
+    kernels in bf16.)
     """
     import qwix  # local: only int8 models need it
 
-    kernel = qwix.dequantize(qwix.QArray(qvalue=qvalue, scale=scale.astype(dtype)))
-    return jnp.einsum(eqn, x.astype(dtype), kernel, preferred_element_type=jnp.float32)
+    return qwix.dequantize(qwix.QArray(qvalue=qvalue, scale=scale.astype(dtype)))
 
 
 def scale_path(path: tuple) -> tuple | None:

@@ -130,10 +130,10 @@ class Transformer(nnx.Module):
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
         if self.lm_head_scale is not None:
-            logits = quantize.int8_einsum("bld,dv->blv", x, self.lm_head[...], self.lm_head_scale[...], c.jnp_dtype)
+            head = quantize.dequantize(self.lm_head[...], self.lm_head_scale[...], c.jnp_dtype)
         else:
-            head = self.embed[...].T if self.lm_head is None else self.lm_head[...]
-            logits = jnp.einsum("bld,dv->blv", x, head.astype(c.jnp_dtype), preferred_element_type=jnp.float32)
+            head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(c.jnp_dtype)
+        logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
         if cache is None:
             return logits
