@@ -1,4 +1,4 @@
-"""Per-element attention rules written out from algorithms.md §5 and §7, independent of
+"""Per-element attention rules written out from algorithms.md §5, §7 and §8, independent of
 jaxdllm's vectorised `MaskSpec`."""
 
 import itertools
@@ -6,7 +6,28 @@ import itertools
 import numpy as np
 
 
-def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0):
+def lookahead_slots(levels, width, branch_len, branches):
+    """Window index -> (part, a, b): ("current",), ("look", level, column), ("branch", branch, k),
+    in the order Lookahead decoding lays one forward out (algorithms.md §8)."""
+    slots = [("current", 0, 0)]
+    slots += [("look", l, j) for l in range(levels) for j in range(width)]
+    slots += [("branch", g, k) for g in range(branches) for k in range(branch_len)]
+    return slots
+
+
+def lookahead_context(slot):
+    """The logical positions (1 = the first after the current token) a window token's prediction
+    is conditioned on, besides the prefix and the current token: one Jacobi trajectory per column
+    for lookahead tokens, the branch's own earlier tokens for branch tokens."""
+    part, a, b = slot
+    if part == "look":  # level a, column b sits at position 1 + a + b; it sees positions 1 .. 1 + a + b
+        return {("look", 0, j) for j in range(b)} | {("look", l, b) for l in range(a + 1)}
+    if part == "branch":
+        return {("branch", a, k) for k in range(b + 1)}
+    return set()
+
+
+def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window_shape=None):
     out = np.zeros((q_len, kv_len), bool)
     n = kv_len // 2
     for i, j in itertools.product(range(q_len), range(kv_len)):
@@ -37,5 +58,15 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0):
                 ok = True                                # block tokens see the whole prompt
             else:                                        # same stream, earlier block or causal inside
                 ok = qs == ks and (kb < qb or (kb == qb and ko <= qo))
+        elif kind == "lookahead":
+            levels, width, blen = window_shape
+            slots = lookahead_slots(levels, width, blen, (kv_len - prefix) // max(blen, 1) + 1)
+            if j < prefix:
+                ok = j <= q                              # the decided text is causal
+            elif q < prefix:
+                ok = False
+            else:
+                qs, ks = slots[q - prefix], slots[j - prefix]
+                ok = ks[0] == "current" or ks in lookahead_context(qs)
         out[i, j] = ok
     return out

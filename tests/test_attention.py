@@ -23,15 +23,18 @@ CASES = [
     ("block_diffusion", 6, 20, {"block": 5, "q_offset": 10}),
     ("jacobi_forcing", 5 + 4 * 3, 5 + 4 * 3, {"block": 3, "prefix": 5}),
     ("jacobi_forcing", 23, 23, {"block": 4, "prefix": 7}),
+    ("lookahead", 1 + 4 * 3 + 2 * 4, 6 + 1 + 4 * 3 + 2 * 4, {"prefix": 6, "q_offset": 6, "window_shape": (4, 3, 4)}),
+    ("lookahead", 6 + 1 + 2 * 5 + 3 * 2, 6 + 1 + 2 * 5 + 3 * 2, {"prefix": 6, "window_shape": (2, 5, 2)}),
+    ("lookahead", 1 + 3 * 4, 9 + 1 + 3 * 4, {"prefix": 9, "q_offset": 9, "window_shape": (0, 0, 4)}),
 ]
 
 
 @pytest.mark.parametrize("kind,q_len,kv_len,kw", CASES)
 def test_dense_mask_matches_published_rules(kind, q_len, kv_len, kw):
     spec = MaskSpec(kind=kind, block_size=kw.get("block"), q_offset=kw.get("q_offset", 0),
-                    prefix_len=kw.get("prefix", 0))
+                    prefix_len=kw.get("prefix", 0), window_shape=kw.get("window_shape"))
     expected = brute_force(kind, q_len, kv_len, q_offset=kw.get("q_offset", 0),
-                           block=kw.get("block"), prefix=kw.get("prefix", 0))
+                           block=kw.get("block"), prefix=kw.get("prefix", 0), window_shape=kw.get("window_shape"))
     np.testing.assert_array_equal(np.asarray(spec.dense(q_len, kv_len))[0], expected)
 
 
@@ -54,6 +57,8 @@ def test_mask_spec_validation():
         MaskSpec(kind="block_causal")
     with pytest.raises(ValueError, match="mask kind must be one of"):
         MaskSpec(kind="sliding")
+    with pytest.raises(ValueError, match="window_shape"):
+        MaskSpec(kind="lookahead", window_shape=(2, 0, 3))
     with pytest.raises(ValueError, match="even"):
         MaskSpec(kind="block_diffusion", block_size=2).dense(5, 5)
 

@@ -28,6 +28,8 @@ CASES = {
     "jacobi_forcing_per_row_prefix": (MaskSpec(kind="jacobi_forcing", block_size=4, prefix_len=jnp.array([5, 11])), 39, 39, 4, 2),
     "causal_segments": (MaskSpec(kind="causal", q_segment_ids=SEG, kv_segment_ids=SEG), 37, 37, 2, 2),
     "bidirectional_padding": (MaskSpec.from_padding(SEG > 0), 37, 37, 4, 2),
+    "lookahead_over_a_cache": (MaskSpec(kind="lookahead", window_shape=(4, 5, 4), q_offset=9, prefix_len=9),
+                               1 + 4 * 5 + 5 * 4, 9 + 1 + 4 * 5 + 5 * 4, 4, 2),
 }
 
 

@@ -50,6 +50,7 @@ CASES = {  # kind, block size, length (not a multiple of 128)
     "block_causal": (MaskSpec(kind="block_causal", block_size=32), 170),
     "block_diffusion": (MaskSpec(kind="block_diffusion", block_size=16), 260),
     "jacobi_forcing": (MaskSpec(kind="jacobi_forcing", block_size=16, prefix_len=37), 165),
+    "lookahead": (MaskSpec(kind="lookahead", window_shape=(4, 15, 4), prefix_len=60), 60 + 1 + 4 * 15 + 15 * 4),
 }
 
 

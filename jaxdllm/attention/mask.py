@@ -17,6 +17,13 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     `block_size`, prompt length `prefix_len`; the prompt is causal; a block token sees the
     whole prompt, earlier blocks of its own stream and, inside its block, itself and earlier
     tokens; nothing crosses between the noisy and the clean stream.
+  * `lookahead`: one draft-and-verify forward (Lookahead decoding, Fu et al. 2024). Keys before
+    `prefix_len` (the decided text) are causal; from `prefix_len` on, `window_shape = (levels,
+    width, branch_len)` lays out `[current | lookahead window: levels x width | branches of
+    branch_len]`. Every window token sees the prefix and the current token (the last decided
+    one). A lookahead token at (level l, column j) sees the first level's earlier columns and
+    its own column's levels up to l (one Jacobi trajectory per column). A branch token sees its
+    own branch up to itself. With `levels = 0` it is the plain multi-branch verification layout.
 
 Segment ids (optional, `[B, Lq]` and `[B, Lk]`) further restrict visibility to equal ids. Use
 0 for padding: real tokens (ids >= 1) never see padding keys; padding queries see only
@@ -34,8 +41,8 @@ from flax import struct
 
 from jaxdllm.errors import ConfigError
 
-MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing"]
-MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing")
+MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead"]
+MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing")
 
 
@@ -48,7 +55,9 @@ class MaskSpec:
       block_size: block length for the block kinds (static).
       q_offset: physical index of the first query in the key sequence; int or traced int32
         scalar (a sampler step over a cache).
-      prefix_len: prompt length for `jacobi_forcing`; int, scalar or `[B]` int32.
+      prefix_len: prompt length for `jacobi_forcing`, the window's first index for `lookahead`;
+        int, scalar or `[B]` int32.
+      window_shape: `(levels, width, branch_len)` of the `lookahead` layout (static).
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
     """
@@ -59,12 +68,19 @@ class MaskSpec:
     prefix_len: jax.Array | int = 0
     q_segment_ids: jax.Array | None = None
     kv_segment_ids: jax.Array | None = None
+    window_shape: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
         if self.kind not in MASK_KINDS:
             raise ConfigError(f"mask kind must be one of {MASK_KINDS}, got {self.kind!r}")
         if self.kind in _NEEDS_BLOCK and (self.block_size is None or self.block_size <= 0):
             raise ConfigError(f"mask kind {self.kind!r} needs a positive block_size")
+        if self.kind == "lookahead":
+            shape = self.window_shape
+            if (not isinstance(shape, tuple) or len(shape) != 3 or any(not isinstance(x, int) or x < 0 for x in shape)
+                    or (shape[0] > 0) != (shape[1] > 0)):
+                raise ConfigError("mask kind 'lookahead' needs window_shape = (levels, width, branch_len), integers "
+                                  f">= 0 with levels and width both 0 or both positive; got {shape!r}")
 
     def replace(self, **changes) -> "MaskSpec":
         return dataclasses.replace(self, **changes)
@@ -102,6 +118,8 @@ class MaskSpec:
             return k_idx // bs <= q_idx // bs
         if self.kind == "block_diffusion":
             raise ConfigError("block_diffusion visibility needs the half length; use dense()")
+        if self.kind == "lookahead":
+            return self._lookahead_visible(q_idx, k_idx)
         # jacobi_forcing
         p = self.prefix_len
         q_prompt, k_prompt = q_idx < p, k_idx < p
@@ -110,6 +128,20 @@ class MaskSpec:
         q_blk, k_blk = qr // (2 * bs), kr // (2 * bs)
         in_order = (k_blk < q_blk) | ((k_blk == q_blk) & (kr % bs <= qr % bs))
         return (k_prompt & (k_idx <= q_idx)) | (~q_prompt & ~k_prompt & same_stream & in_order)
+
+    def _lookahead_visible(self, q_idx, k_idx):
+        levels, width, branch_len = self.window_shape
+        start = self.prefix_len
+        rq, rk = q_idx - start, k_idx - start         # index in the window (< 0: the prefix)
+        span = levels * width
+        w, n = max(width, 1), max(branch_len, 1)
+        q_look, k_look = (rq >= 1) & (rq <= span), (rk >= 1) & (rk <= span)
+        q_level, q_col, k_level, k_col = (rq - 1) // w, (rq - 1) % w, (rk - 1) // w, (rk - 1) % w
+        lookahead = q_look & k_look & (((k_level == 0) & (k_col < q_col)) | ((k_col == q_col) & (k_level <= q_level)))
+        q_branch, k_branch = rq > span, rk > span
+        same_branch = (rq - 1 - span) // n == (rk - 1 - span) // n
+        branch = q_branch & k_branch & same_branch & (rk <= rq)
+        return ((rk < 0) & (k_idx <= q_idx)) | ((rk == 0) & (rq >= 0)) | lookahead | branch
 
     def _block_diffusion_visible(self, q_idx, k_idx, n):
         bs = self.block_size
@@ -137,7 +169,7 @@ class MaskSpec:
             if kv_len % 2:
                 raise ConfigError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
             mask = self.visible_at(q_idx, k_idx, kv_len)[None]
-        elif self.kind == "jacobi_forcing" and jnp.ndim(self.prefix_len) == 1:
+        elif self.kind in ("jacobi_forcing", "lookahead") and jnp.ndim(self.prefix_len) == 1:
             per_row = self.replace(prefix_len=jnp.asarray(self.prefix_len)[:, None, None])
             mask = per_row.visible(q_idx[None], k_idx[None])
         else:

@@ -77,10 +77,11 @@ def _rule(mask: MaskSpec, q_idx: jax.Array, k_idx: jax.Array, q_len: int, kv_len
 
 
 @functools.lru_cache(maxsize=64)
-def _static_mask(kind: str, block_size: int | None, q_offset: int, prefix_len: int, q_len: int, kv_len: int,
-                 q_pad: int, kv_pad: int) -> np.ndarray:
+def _static_mask(kind: str, block_size: int | None, window_shape, q_offset: int, prefix_len: int, q_len: int,
+                 kv_len: int, q_pad: int, kv_pad: int) -> np.ndarray:
     """The padded `[q_pad, kv_pad]` numpy mask of a static structure (cached per shape)."""
-    spec = MaskSpec(kind=kind, block_size=block_size, q_offset=q_offset, prefix_len=prefix_len)
+    spec = MaskSpec(kind=kind, block_size=block_size, q_offset=q_offset, prefix_len=prefix_len,
+                    window_shape=window_shape)
     q_idx = np.arange(q_pad, dtype=np.int64)[:, None]
     k_idx = np.arange(kv_pad, dtype=np.int64)[None, :]
     if kind == "bidirectional":
@@ -192,10 +193,11 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         return xla_attention(q, k, v, mask, scale=scale)
     interpret = target_platform() != "tpu" if interpret is None else interpret
     q_off, prefix = _static_int(mask.q_offset), _static_int(mask.prefix_len)
-    static = q_off is not None and (prefix is not None or mask.kind != "jacobi_forcing")
+    static = q_off is not None and (prefix is not None or mask.kind not in ("jacobi_forcing", "lookahead"))
     q_pad, kv_pad = _round_up(lq, _LANES), _round_up(lk, _LANES)
     plan = _Plan(q_len=lq, kv_len=lk, q_pad=q_pad, kv_pad=kv_pad, heads=h, interpret=interpret,
-                 static_mask=(_static_mask(mask.kind, mask.block_size, q_off, prefix or 0, lq, lk, q_pad, kv_pad)
+                 static_mask=(_static_mask(mask.kind, mask.block_size, mask.window_shape, q_off, prefix or 0, lq, lk,
+                                           q_pad, kv_pad)
                               if static else None),
                  per_row_mask=not static and jnp.ndim(mask.prefix_len) == 1)
     dyn = None if static else _dynamic_masks(mask, plan)
