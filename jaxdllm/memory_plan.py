@@ -179,8 +179,8 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
 
     Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
     config's); `kv_cache` (prefix/dual
-    caches and Jacobi: K and V of every layer over the canvas); `logits` (float32 over the
-    decoded span, and their probabilities); `activations` (the largest layer of the widest
+    caches and draft-and-verify: K and V of every layer over the canvas, plus one verify layout
+    for the latter); `logits` (float32 over the decoded span, and their probabilities); `activations` (the largest layer of the widest
     forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
     `platform`); `decode_state` (canvas, commit steps and masks).
     """
@@ -190,11 +190,13 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     total = prompt_len + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
-    cached = sampler.cache.keeps_kv or sampler.policy.method == "jacobi"  # the draft canvas keeps an exact cache
-    span = sampler.block_length
+    draft = sampler.policy.method == "draft"  # the draft canvas keeps an exact cache, one verify layout longer
+    cached = sampler.cache.keeps_kv or draft
+    span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
+    slots = total + span if draft else total
     terms = {
         "weights": parameter_bytes(c, mesh),
-        "kv_cache": 2 * c.num_layers * rows * total * kv_local * c.head_dim * act if cached else 0,
+        "kv_cache": 2 * c.num_layers * rows * slots * kv_local * c.head_dim * act if cached else 0,
         "logits": 2 * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
         "activations": (rows * total * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
                         + (0 if _flash(c, platform) else rows * heads_local * total * total * 4)),

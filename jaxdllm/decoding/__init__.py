@@ -1,5 +1,5 @@
-"""Decoding: one compiled loop (`loop.py`) shared by diffusion (`masked_canvas.py`) and Jacobi
-(`draft_canvas.py`) decoding, with policies (`policies/`) and caches (`caches.py`) as objects.
+"""Decoding: one compiled loop (`loop.py`) shared by diffusion (`masked_canvas.py`) and
+draft-and-verify (`draft_canvas.py`: Jacobi, Lookahead) decoding, with policies (`policies/`) and caches (`caches.py`) as objects.
 
 Public entry points: `generate`, `generate_stepwise`, `Sampler`, `SamplerConfig` (+ presets).
 """

@@ -59,7 +59,7 @@ class SamplerConfig:
     Attributes:
       gen_length: tokens to generate G (all of them unless `stop_at_eos`).
       block_length: diffusion: the semi-autoregressive block (`gen_length` for one block over the
-        canvas); Jacobi: the draft window n.
+        canvas); Jacobi: the draft window n; unused by `lookahead`.
       steps: total steps of the scheduled policies (`llada`, `prophet`, `learn2pd`, `dream`); a
         multiple of the number of blocks. Other policies run each block until it is decided.
       policy: a `Policy` (or its name): the commit rule and its settings.
@@ -192,7 +192,7 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     policy = out.get("policy", base.policy)
     method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
     if "block_length" not in out:
-        if method == "jacobi":  # the draft window, not a block of the canvas
+        if method == "draft":  # the draft window, not a block of the canvas
             out["block_length"] = min(base.block_length, gen)
         elif base.block_length >= base.gen_length:
             out["block_length"] = gen
@@ -244,4 +244,7 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # next one spawned at 85 % accepted) and rejection recycling (4 pool candidates per forward).
     "jacobi-forcing": SamplerConfig(gen_length=256, block_length=64, policy="jacobi", blocks=2, spawn_ratio=0.85,
                                     recycle=4, stop_at_eos=True),
+    # Lookahead decoding's published setting for 7B models: 5-grams, a window of 7, 7 guesses.
+    "lookahead": SamplerConfig(gen_length=256, block_length=16, policy="lookahead", level=5, window_size=7,
+                               guess_set_size=7, stop_at_eos=True),
 }

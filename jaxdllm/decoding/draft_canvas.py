@@ -1,20 +1,18 @@
-"""Jacobi decoding of causal models: the answer starts as a draft and each row's window of
-`policy.window(block_length)` positions is refined in parallel under the causal mask until its
-tokens reach a fixed point; `policies/jacobi.py` decides which positions are in flight and
-which are accepted.
+"""The draft canvas: draft-and-verify decoding of causal models (Jacobi, Lookahead, any
+`DraftVerifyPolicy`). The answer starts as a draft; each step feeds every row's verification
+layout (`policies/draft_verify.py`) in one forward under `MaskSpec(kind="lookahead")` and accepts
+the longest verified prefix. The engine calls only the policy's `layout`, `in_flight_end`,
+`start`, `propose`, `accept` and `update`.
 
-Rows move independently: a row's window starts at its last decided token (whose logit predicts
-the first undecided position), so each row reads and writes the exact KV cache at its own
-offset (the model call is vmapped over rows). The cache holds exact K/V for every decided token:
-the window's slots are rewritten each step, and a rejected draft's K/V sit only at or after the
-row's next window start, where the next step overwrites them before any query can see them
-(causal attention never reads a key after its query). That overwrite is the cache truncation.
-The prompt is prefilled once (not counted in `nfe`, like the block cache's fills).
-
-With rejection recycling a row's forward holds its regular draft and the pool's candidates
-(vmapped, each on a copy of the row's cache); the candidate with the longest accepted prefix
-gives the logits, the new draft and the cache, so the cache stays exact. Rows still count one
-forward per step.
+Rows move independently: a row's layout starts at its last decided token (whose prediction is
+the first undecided position), so each row reads and writes the exact KV cache at its own offset
+(the model call is vmapped over rows). The forward writes its K/V at slots `start ..
+start + length`; the accepted branch's K/V are then moved to the slots right after the current
+token (`KVCache.move_slots`), where the accepted tokens sit. Every other slot at or after the
+next step's start is rewritten by that step before any query can see it (keys before a row's
+start are the decided text; the mask shows a window token only its own structure). That is the
+cache truncation. The prompt is prefilled once (not counted in `nfe`, like the block cache's
+fills).
 """
 
 from __future__ import annotations
@@ -23,17 +21,15 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import CanvasView, slice_window
-from jaxdllm.decoding.policies import StepContext
-from jaxdllm.decoding.policies.jacobi import exact_prefix
 from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 
 
-class JacobiDecoding:
+class DraftDecoding:
     """The draft canvas (causal models)."""
 
-    name = "jacobi"
+    name = "draft"
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
@@ -47,79 +43,70 @@ class JacobiDecoding:
     def max_steps(self, config) -> int:
         return config.gen_length  # every step accepts at least one token of every active row
 
-    def _extended(self, canvas, view: CanvasView, n: int):
-        """Canvas and view with `n` positions past the end, so every window has `n` tokens."""
-        b = canvas.shape[0]
-        pad = jnp.broadcast_to(canvas[:, -1:], (b, n))
-        positions = jnp.concatenate([view.positions, view.positions[:, -1:] + 1 + jnp.arange(n)], 1)
-        return jnp.concatenate([canvas, pad], 1), CanvasView(jnp.concatenate([view.seg, jnp.ones((b, n), jnp.int32)], 1),
-                                                             positions)
+    def cache_slots(self, config, lay) -> int:
+        """KV slots per row: the canvas plus one layout past its end."""
+        return lay.total + config.policy.layout(config.block_length).length
 
     def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
         prefilled; rows with `valid [B]` False start done."""
-        b, n = prompt.shape[0], config.block_length
-        w = config.policy.window(n)
-        draft = config.policy.initial_draft(prompt, view.seg[:, :lay.prompt_len], config.gen_length, key)
+        b = prompt.shape[0]
+        draft, policy_state = config.policy.start(prompt, view.seg[:, :lay.prompt_len], config.gen_length,
+                                                  config.block_length, key)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
-        cache = KVCache.init(model.config, b, lay.total + w)
+        cache = KVCache.init(model.config, b, self.cache_slots(config, lay))
         cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
                       logits_slice=(lay.prompt_len - 1, 1))[1]
-        return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache,
-                                 policy_state=config.policy.init_state(b, n, model.config.vocab_size),
+        return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,
                                  max_trajectory=config.max_trajectory)
 
     def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:
-        """One forward of every row's window `[B, W]` (and of its recycled alternatives),
-        acceptance, and the bookkeeping."""
+        """One forward of every row's verification layout, acceptance, the K/V move, the policy's
+        update and the bookkeeping."""
         policy, T = config.policy, lay.total
-        n = config.block_length
-        w = policy.window(n)
+        shape = policy.layout(config.block_length)
+        w, e = shape.accept_width, shape.lookahead_len
+        b = state.canvas.shape[0]
         first = jnp.where(state.undecided.any(1), jnp.argmax(state.undecided, axis=1), T - 1)  # [B]
-        start = first - 1  # the last decided token: its logit predicts the first undecided one
-        canvas, ext = self._extended(state.canvas, view, w)
-        ids, pos, seg = ext.window(canvas, start, w)
-        draft = slice_window(canvas, first, w)                                   # [B, W]
-        drafts, valid = draft[:, None], jnp.ones((draft.shape[0], 1), bool)
-        if policy.recycle:
-            pooled, ok = policy.recycled_drafts(state.policy_state, ids[:, 0])
-            drafts, valid = jnp.concatenate([drafts, pooled], 1), jnp.concatenate([valid, ok], 1)
-        end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len, n), T)
+        start = first - 1  # the last decided token: its prediction is the first undecided position
+        last = jnp.take_along_axis(state.canvas, start[:, None], axis=1)[:, 0].astype(jnp.int32)
+        current_pos = jnp.take_along_axis(view.positions, start[:, None], axis=1)            # [B, 1]
+        draft = slice_window(state.canvas, first, w).astype(jnp.int32)     # past the end: clipped, never accepted
+        proposal = policy.propose(state.policy_state, last, draft)
+        ids = jnp.concatenate([last[:, None], proposal.lookahead, proposal.branches.reshape(b, -1)], 1)
+        positions = current_pos + jnp.asarray(shape.position_offsets())[None]
+        end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len, config.block_length), T)
         targets = first[:, None] + jnp.arange(w)
         candidates = (targets < end[:, None]) & slice_window(state.undecided, first, w) & ~state.done[:, None]
 
-        def row(last, drafts, valid, candidates, pos, seg, start, cache):  # one row, its own cache offset
+        def row(ids, positions, start, cache):  # one row at its own cache offset
             one = _with_batch(cache, lambda x, axis: jnp.expand_dims(x, axis))
-            mask = lay.mask(seg[None], q_offset=start, kind="causal")
-
-            def forward(draft):  # the window: the last decided token, then the draft
-                return model(jnp.concatenate([last[None], draft[:-1]])[None], pos[None], mask, one)
-
-            logits, caches = jax.vmap(forward)(drafts)                           # [C, 1, W, V]
-            accepted = (exact_prefix(jnp.argmax(logits[:, 0], -1), drafts) & candidates[None]).sum(1)
-            best = jnp.argmax(jnp.where(valid, accepted, -1))                    # a tie keeps the regular draft
-            cache = _with_batch(jax.tree.map(lambda x: x[best], caches), lambda x, axis: jnp.squeeze(x, axis))
-            return logits[best, 0], drafts[best], cache
+            mask = lay.mask(jnp.ones((1, shape.length), jnp.int32), q_offset=start, kind="lookahead",
+                            prefix_len=start, window_shape=shape.window_shape())
+            logits, one = model(ids[None], positions[None], mask, one)
+            return jnp.argmax(logits[0], axis=-1).astype(jnp.int32), _with_batch(one, jnp.squeeze)
 
         axes = state.cache.batch_axes()
-        logits, chosen, cache = jax.vmap(row, in_axes=(0, 0, 0, 0, 0, 0, 0, axes), out_axes=(0, 0, axes))(
-            ids[:, 0], drafts, valid, candidates, pos, seg, start, state.cache)
-        nfe = state.nfe + candidates.any(1).astype(jnp.int32)
-        ctx = StepContext(config=config, block=state.block, block_step=state.block_step,
-                          key=jax.random.fold_in(state.key, state.step), state=state.policy_state,
-                          eos_eot_ids=lay.eos_eot, eos_id=lay.eos_id, policy_params=policy_params,
-                          draft=chosen, undecided=state.undecided[:, lay.prompt_len:])
-        decision = policy.commit(logits, candidates, ctx)
+        predicted, cache = jax.vmap(row, in_axes=(0, 0, 0, axes), out_axes=(0, axes))(ids, positions, start,
+                                                                                      state.cache)
+        branch_pred = predicted[:, 1 + e:].reshape(b, shape.branches, shape.branch_len)
+        predictions = jnp.concatenate([jnp.broadcast_to(predicted[:, None, :1], (b, shape.branches, 1)),
+                                       branch_pred], -1)                                 # [B, C, W]
+        verdict = policy.accept(predictions, proposal, candidates)
+        commit = verdict.commit
         if config.stop_at_eos:  # a window can reach its fixed point past an EOS: nothing after it counts
-            eos = decision.commit & (decision.tokens == lay.eos_id)
+            eos = commit & (verdict.tokens == lay.eos_id)
             cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), w)
-            decision = decision._replace(commit=decision.commit & (jnp.arange(w)[None] <= cut[:, None]))
-        policy_state = decision.state
-        if policy.recycle:  # this window's greedy output (verified prefix, rejected tail), keyed by the token before it
-            policy_state = policy.remember(policy_state, ids[:, 0], decision.tokens, candidates.any(1))
+            commit = commit & (jnp.arange(w)[None] <= cut[:, None])
+        source = start + 1 + e + verdict.branch * shape.branch_len
+        cache = cache.move_slots(source, start + 1, shape.branch_len)
+        active = candidates.any(1)
+        policy_state = policy.update(state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens, active)
+        nfe = state.nfe + active.astype(jnp.int32)
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=policy_state),
-                              first, decision.commit, decision.tokens, nfe, draft=decision.draft)
+                              first, commit, verdict.tokens, nfe,
+                              draft=jnp.where(candidates, verdict.tokens, draft))
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
         state = state.replace(done=state.done | ~state.undecided.any(1))
@@ -132,4 +119,4 @@ def _with_batch(cache: KVCache, fn) -> KVCache:
     return jax.tree.map(fn, cache, axes)
 
 
-JACOBI = JacobiDecoding()
+DRAFT = DraftDecoding()

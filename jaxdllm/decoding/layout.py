@@ -39,10 +39,11 @@ class Layout(NamedTuple):
     attention: str = "bidirectional"
     block_size: int | None = None
 
-    def mask(self, q_segment_ids, kv_segment_ids=None, q_offset=0, kind: str | None = None) -> MaskSpec:
-        """The model's attention over canvas positions (`kind` overrides the model's mode)."""
+    def mask(self, q_segment_ids, kv_segment_ids=None, q_offset=0, kind: str | None = None, **structure) -> MaskSpec:
+        """The model's attention over canvas positions (`kind` overrides the model's mode;
+        `structure`: the kind's other `MaskSpec` fields, e.g. `prefix_len`, `window_shape`)."""
         return MaskSpec(kind=kind or self.attention, block_size=self.block_size, q_offset=q_offset,
-                        q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids)
+                        q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, **structure)
 
 
 class CanvasView(NamedTuple):

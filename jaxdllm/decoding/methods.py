@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from jaxdllm.decoding.masked_canvas import DIFFUSION
-from jaxdllm.decoding.draft_canvas import JACOBI
+from jaxdllm.decoding.draft_canvas import DRAFT
 
-METHODS = {DIFFUSION.name: DIFFUSION, JACOBI.name: JACOBI}
+METHODS = {DIFFUSION.name: DIFFUSION, DRAFT.name: DRAFT}
 
 
 def method_of(config):

@@ -1,7 +1,7 @@
 """The loop's carry, `DecodeState`, and the updates every decoding method makes to it.
 
 Undecided positions are explicit (`undecided`), not inferred from the tokens: a diffusion canvas
-holds MASK there, a Jacobi canvas holds draft tokens. Every update below reads `undecided`, so
+holds MASK there, a draft canvas holds draft tokens. Every update below reads `undecided`, so
 EOS stopping, trajectories and commit bookkeeping are written once for both.
 """
 
@@ -27,7 +27,7 @@ class DecodeState:
       done: `[B]` finished rows.
       step: loop iterations so far.
       block, block_step: the diffusion block schedule (current block, steps taken in it); unused
-        (0) by Jacobi decoding, whose windows move per row.
+        (0) by draft-and-verify decoding, whose windows move per row.
       key: PRNG key; cache: the method's cache state (or None); policy_state: the policy's carry.
       trajectory: `[B, max_trajectory, T]` canvas after each step (-1 where not reached).
       initial: `[B, T]` the canvas before the first step (the first draft) when recording a

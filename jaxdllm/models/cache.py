@@ -64,6 +64,21 @@ class KVCache:
     def max_length(self) -> int:
         return self.segment_ids.shape[1]
 
+    def move_slots(self, source: jax.Array, dest: jax.Array, length: int) -> "KVCache":
+        """K/V with each row's `length` slots from `source [B]` copied to `dest [B]` (segment ids
+        stay): a draft-and-verify step keeps the accepted branch's K/V where its tokens belong."""
+        if length == 0:
+            return self
+        axis = 1 if self.stacked else 0
+
+        def move(x):  # x: [.., B, S, ..] with the batch at `axis`; in a row the slots are at `axis`
+            def one(row, src, dst):
+                piece = jax.lax.dynamic_slice_in_dim(row, src, length, axis=axis)
+                return jax.lax.dynamic_update_slice_in_dim(row, piece, dst, axis=axis)
+            return jax.vmap(one, in_axes=(axis, 0, 0), out_axes=axis)(x, source, dest)
+
+        return self.replace(k=jax.tree.map(move, self.k), v=jax.tree.map(move, self.v))
+
     def truncate(self, length: jax.Array | int) -> "KVCache":
         """Mark slots at index >= `length` (scalar or `[B]`) empty; their K/V become invisible."""
         length = jnp.asarray(length, jnp.int32)

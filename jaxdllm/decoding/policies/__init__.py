@@ -12,6 +12,10 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `learn2pd` | Learn2PD | a learned filter + end-of-text prediction |
 | `dream` | Dream | `diffusion_generate`'s timestep schedule and algorithms |
 | `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
+| `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
+
+`jacobi` and `lookahead` are draft-and-verify policies (`draft_verify.DraftVerifyPolicy`): a new
+one is one module defining `layout`, `start`, `propose` (and optionally `accept`, `update`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from __future__ import annotations
 from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, Policy, StepContext, choose_tokens,
                                             rank_among, scheduled_count, token_confidence)
 from jaxdllm.decoding.policies.credit import Credit
+from jaxdllm.decoding.policies.draft_verify import DraftVerifyPolicy, VerifyLayout
 from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
 from jaxdllm.decoding.policies.entropy import Entropy
 from jaxdllm.decoding.policies.factor import Factor
 from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
+from jaxdllm.decoding.policies.lookahead import Lookahead
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
 from jaxdllm.decoding.policies.threshold import Threshold
@@ -34,11 +40,11 @@ POLICIES: Registry[Policy] = Registry("policy")
 register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(policy=cls.name)
 policy_class = POLICIES.lookup
 
-for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi):
+for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead):
     register_policy(_cls)
 
 
-__all__ = ["Commit", "ConfidencePolicy", "Credit", "Dream", "Entropy", "Factor", "Jacobi", "Learn2PD",
-           "Learn2PDFilter", "Llada", "LocalLeap", "POLICIES", "Policy", "Prophet", "StepContext", "Threshold",
-           "choose_tokens", "dream_timesteps", "policy_class", "rank_among", "register_policy",
-           "scheduled_count", "token_confidence"]
+__all__ = ["Commit", "ConfidencePolicy", "Credit", "DraftVerifyPolicy", "Dream", "Entropy", "Factor", "Jacobi",
+           "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
+           "StepContext", "Threshold", "VerifyLayout", "choose_tokens", "dream_timesteps", "policy_class",
+           "rank_among", "register_policy", "scheduled_count", "token_confidence"]

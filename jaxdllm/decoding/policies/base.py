@@ -10,8 +10,9 @@ it the current block's logits and calls
 must be a subset of `candidates` holding at least one position per row that has a candidate, so
 every step makes progress. What a policy may ask for (class attributes):
 
-* `method`: which canvas it decodes (`"diffusion"`: MASK until committed; `"jacobi"`: draft
-  tokens refined until they reach a fixed point).
+* `method`: which canvas it decodes (`"diffusion"`: MASK until committed; `"draft"`: draft
+  tokens verified against greedy decoding, the `DraftVerifyPolicy` interface of
+  `draft_verify.py`, whose policies define `propose` / `accept` / `update` instead of `commit`).
 * `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
 * `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
 * `needs_params`: it has parameters of its own (e.g. Learn2PD's filter), passed as
@@ -44,7 +45,6 @@ class StepContext:
       policy_params: the policy's own parameters, the module passed to `generate` (policies with
         `needs_params`).
       answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
-      draft: `[B, L]` tokens the window's positions hold now (the Jacobi draft), or None (diffusion).
       undecided: `[B, G]` the whole answer's undecided positions before this step.
     """
 
@@ -57,7 +57,6 @@ class StepContext:
     eos_id: int | None = None
     policy_params: Any = None
     answer_logits: jax.Array | None = None
-    draft: jax.Array | None = None
     undecided: jax.Array | None = None
 
 
@@ -68,7 +67,6 @@ class Commit(NamedTuple):
       commit: `[B, L]` bool, positions decided now.
       tokens: `[B, L]` int32, the token each committed position gets.
       state: the policy's carry for the next step.
-      draft: `[B, L]` new tokens for the positions left undecided (Jacobi), or None (they stay).
       fill: `[B, G]` bool over the whole answer: positions set to `fill_tokens` after the commit,
         decided or not (an early finish, an end-of-text cut), or None.
       fill_tokens: `[B, G]` int32, their tokens.
@@ -78,7 +76,6 @@ class Commit(NamedTuple):
     commit: jax.Array
     tokens: jax.Array
     state: Any
-    draft: jax.Array | None = None
     fill: jax.Array | None = None
     fill_tokens: jax.Array | None = None
     stop: jax.Array | None = None

@@ -2,11 +2,11 @@
 until it reaches a fixed point; each step accepts the longest prefix whose inputs were already
 right. The output equals greedy autoregressive decoding token for token.
 
-Here the window fed to the model is the last decided token followed by the drafts, so the
-logit at window index j predicts the token at the window's j-th undecided position. Position 0's
-prediction is exact (its whole context is decided); position j's is exact when the drafts
-before it equal their own predictions. Exact predictions are committed; the others become the
-next draft (`Commit.draft`).
+A draft-and-verify policy (`draft_verify.py`): the regular branch is the window's draft, fed
+after the last decided token, so the prediction after branch token j is for the window's
+(j+1)-th undecided position. Position 0's prediction is exact (its whole context is decided);
+position j's is exact when the drafts before it equal their own predictions. Exact predictions
+are committed; the others become the next draft.
 
 Which positions are in flight:
 
@@ -22,8 +22,8 @@ Which positions are in flight:
 Rejection recycling (`recycle = R > 0`): each row keeps a pool of `recycle_capacity` n-grams: each
 step's greedy output over its window (the accepted prefix and the rejected tail), keyed by the
 decided token the window started from. A step also verifies, in the same forward, up to R pool
-entries whose key is the row's last decided token, as alternative drafts; the draft with the
-longest accepted prefix wins (the regular draft on a tie). When a token recurs, the text that
+entries whose key is the row's last decided token, as further branches of the verification
+layout; the branch with the longest accepted prefix wins (the regular draft on a tie). When a token recurs, the text that
 followed it last time is offered again, so repeated spans are accepted many tokens at a time.
 """
 
@@ -35,21 +35,14 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.policies.base import Commit, Policy
+from jaxdllm.decoding.policies.draft_verify import DraftVerifyPolicy, Proposal, VerifyLayout
 from jaxdllm.errors import ConfigError
 
 DRAFT_INITS = ("prompt", "repeat")
 
 
-def exact_prefix(tokens: jax.Array, draft: jax.Array) -> jax.Array:
-    """`[..., W]` bool: predictions `tokens` whose inputs were all right, i.e. position 0 and every
-    position whose earlier drafts equal their predictions (`draft`, `tokens`: `[..., W]`)."""
-    agree = (draft == tokens).astype(jnp.int32)
-    return jnp.concatenate([jnp.ones_like(agree[..., :1]), jnp.cumprod(agree[..., :-1], axis=-1)], -1).astype(bool)
-
-
 @dataclasses.dataclass(frozen=True)
-class Jacobi(Policy):
+class Jacobi(DraftVerifyPolicy):
     """`draft_init`: the first draft; `prompt` (published: tokens drawn at random from the row's
     prompt) or `repeat` (the last prompt token repeated). `blocks`, `spawn_ratio`: multi-block
     decoding (0: sliding window; published K = 2, r = 0.85). `recycle`, `recycle_capacity`:
@@ -61,13 +54,11 @@ class Jacobi(Policy):
     recycle: int = 0
     recycle_capacity: int = 64
     name = "jacobi"
-    method = "jacobi"
 
     def check(self, config):
+        super().check(config)
         if self.draft_init not in DRAFT_INITS:
             raise ConfigError(f"draft_init must be one of {DRAFT_INITS}, got {self.draft_init!r}")
-        if config.temperature != 0:
-            raise ConfigError("policy='jacobi' is greedy decoding: set temperature = 0")
         for name in ("blocks", "recycle"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -78,13 +69,13 @@ class Jacobi(Policy):
         if not 0.0 < self.spawn_ratio <= 1.0:
             raise ConfigError(f"spawn_ratio must be in (0, 1], got {self.spawn_ratio}")
 
-    def window(self, block_length: int) -> int:
-        """Positions fed per row and step (besides the last decided token)."""
-        return block_length * max(self.blocks, 1)
+    def layout(self, block_length: int) -> VerifyLayout:
+        """No lookahead window; the regular draft plus `recycle` pooled ones, each `W - 1` tokens
+        (`W = block_length * max(blocks, 1)` positions in flight)."""
+        return VerifyLayout(0, 0, 1 + self.recycle, block_length * max(self.blocks, 1) - 1)
 
     def in_flight_end(self, first: jax.Array, answer_start: int, block_length: int) -> jax.Array:
-        """`[B]` canvas index where the positions in flight end, for rows whose first undecided
-        position is `first [B]`; the window's end for the sliding window."""
+        """The sliding window's end, or the end of the blocks in flight (multi-block decoding)."""
         if not self.blocks:
             return first + block_length
         n = block_length
@@ -103,14 +94,27 @@ class Jacobi(Policy):
         pick = lp - 1 - jax.random.randint(key, (b, length), 0, 1 << 30) % real[:, None]
         return jnp.take_along_axis(prompt, pick, axis=1)
 
-    # -- rejection recycling: the pool is the policy's carry ------------------------------------
-    def init_state(self, batch: int, block_length: int, vocab_size: int):
+    def start(self, prompt, seg, gen_length, block_length, key):
+        draft = self.initial_draft(prompt, seg, gen_length, key)
         if not self.recycle:
-            return jnp.zeros((), jnp.float32)
-        cap, w = self.recycle_capacity, self.window(block_length)
-        return {"keys": jnp.full((batch, cap), -1, jnp.int32), "tails": jnp.zeros((batch, cap, w), jnp.int32),
-                "next": jnp.zeros((batch,), jnp.int32)}
+            return draft, jnp.zeros((), jnp.float32)
+        b, cap, w = prompt.shape[0], self.recycle_capacity, self.layout(block_length).accept_width
+        return draft, {"keys": jnp.full((b, cap), -1, jnp.int32), "tails": jnp.zeros((b, cap, w), jnp.int32),
+                       "next": jnp.zeros((b,), jnp.int32)}
 
+    def propose(self, state, last, draft):
+        branches, valid = draft[:, None, :-1], jnp.ones((draft.shape[0], 1), bool)
+        if self.recycle:
+            pooled, ok = self.recycled_drafts(state, last)
+            branches, valid = jnp.concatenate([branches, pooled[..., :-1]], 1), jnp.concatenate([valid, ok], 1)
+        return Proposal(jnp.zeros((draft.shape[0], 0), jnp.int32), branches, valid)
+
+    def update(self, state, last, proposal, lookahead_predictions, tokens, active):
+        """With recycling: this window's greedy output (verified prefix, rejected tail), keyed by
+        the token before it, joins the pool."""
+        return self.remember(state, last, tokens, active) if self.recycle else state
+
+    # -- rejection recycling: the pool is the policy's carry ------------------------------------
     def recycled_drafts(self, state, last: jax.Array) -> tuple[jax.Array, jax.Array]:
         """`(drafts [B, R, W], valid [B, R])`: the R most recent pool entries keyed by `last [B]`."""
         keys, cap = state["keys"], self.recycle_capacity
@@ -126,8 +130,3 @@ class Jacobi(Policy):
         keys = state["keys"].at[rows, slot].set(jnp.where(store, key_token, state["keys"][rows, slot]))
         tails = state["tails"].at[rows, slot].set(jnp.where(store[:, None], tail, state["tails"][rows, slot]))
         return {"keys": keys, "tails": tails, "next": jnp.where(store, (slot + 1) % self.recycle_capacity, slot)}
-
-    def commit(self, logits, candidates, ctx):
-        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        commit = candidates & exact_prefix(tokens, ctx.draft)
-        return Commit(commit, tokens, ctx.state, draft=jnp.where(candidates, tokens, ctx.draft))

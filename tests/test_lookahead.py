@@ -1,0 +1,142 @@
+"""Lookahead decoding (algorithms.md §8) equals greedy autoregressive decoding, the published
+property, checked against transformers' `generate(do_sample=False)` on tiny random Qwen2 and
+Llama checkpoints; it accepts several tokens per forward where the text repeats; its n-gram pool
+follows the published rules (checked against a dictionary written out here); the accepted
+branch's K/V are what keeps the cache exact."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdllm
+from jaxdllm import ConfigError, SamplerConfig
+from jaxdllm.decoding.policies import Lookahead
+from hf_models import make_hf_model
+from sampler_fixtures import prompts
+from test_jacobi import PAD, hf_greedy
+
+
+@pytest.fixture(scope="module", params=[("qwen2", "gqa"), pytest.param(("llama", "mha"), marks=pytest.mark.slow)],
+                ids=["qwen2", "llama"])
+def saved(request, tmp_path_factory):
+    kind, shape = request.param
+    hf = make_hf_model(kind, shape)
+    path = tmp_path_factory.mktemp(kind)
+    hf.save_pretrained(path)
+    return hf, path
+
+
+SETTINGS = {"published": {}, "small": {"level": 3, "window_size": 4, "guess_set_size": 2, "pool_capacity": 8},
+            "from_prompt": {"level": 4, "window_size": 5, "guess_set_size": 3, "pool_from_prompt": True}}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_lookahead_equals_transformers_greedy(saved, setting):
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    gen = 40
+    ids, mask, _ = prompts([3, 9, 6], seed=11, vocab=hf.config.vocab_size)
+    want = hf_greedy(hf, ids, mask, gen)
+    config = SamplerConfig(policy=Lookahead(**SETTINGS[setting]), gen_length=gen, block_length=4, prompt_bucket=8)
+    out = jaxdllm.generate(model, ids, config, attention_mask=mask)
+    np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
+    level = config.policy.level
+    assert (out.nfe <= gen).all() and (out.nfe >= -(-gen // level)).all()
+    steps = out.commit_step[:, ids.shape[1]:]
+    assert (np.diff(steps, axis=1) >= 0).all() and (steps.max(1) == out.nfe).all()  # decided left to right
+    per_step = np.stack([np.bincount(s, minlength=gen + 1)[1:] for s in steps])
+    assert per_step.max() <= level  # at most the n-gram's N - 1 tokens plus the prediction after them
+
+
+def test_repeated_text_is_accepted_several_tokens_a_forward_and_the_kv_move_keeps_it_exact(saved, monkeypatch):
+    """Random tiny models fall into loops; the pool learns the loop's n-grams and later steps accept
+    them whole, with the same greedy tokens. Without moving the accepted branch's K/V into place
+    the cache goes wrong and the tokens differ: the test can fail."""
+    from jaxdllm.models.cache import KVCache
+
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    gen = 48
+    ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
+    want = hf_greedy(hf, ids, mask, gen)
+    config = SamplerConfig(policy=Lookahead(level=4, window_size=6, guess_set_size=4), gen_length=gen,
+                           block_length=4, prompt_bucket=8)
+    out = jaxdllm.generate(model, ids, config, attention_mask=mask)
+    np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
+    assert out.nfe.sum() < 0.8 * gen * len(ids), out.nfe
+    monkeypatch.setattr(KVCache, "move_slots", lambda self, source, dest, length: self)
+    broken = jaxdllm.generate(model, ids, config.replace(prompt_bucket=16), attention_mask=mask)
+    assert not np.array_equal(broken.tokens[:, -gen:], want)
+
+
+def test_lookahead_stops_rows_at_their_eos(saved):
+    hf, path = saved
+    gen = 24
+    ids, mask, _ = prompts([4, 7], seed=3, vocab=hf.config.vocab_size)
+    plain = hf_greedy(hf, ids, mask, gen)
+    eos = int(plain[0, 9])
+    want = hf_greedy(hf, ids, mask, gen, eos=eos)
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
+    out = jaxdllm.generate(model, ids, SamplerConfig.preset("lookahead", gen_length=gen, prompt_bucket=8),
+                           attention_mask=mask)
+    got = out.tokens[:, ids.shape[1]:]
+    for row in range(len(ids)):
+        hit = np.nonzero(want[row] == eos)[0]
+        end = int(hit[0]) + 1 if len(hit) else gen
+        np.testing.assert_array_equal(got[row, :end], want[row, :end])
+        assert (got[row, end:] == eos).all()
+
+
+class DictPool:
+    """The pool as the published implementation keeps it: a dict from first token to a list of
+    continuations, at most G per key (the oldest goes), no duplicates; plus our overall capacity
+    (the oldest entry of all goes)."""
+
+    def __init__(self, guesses, capacity):
+        self.guesses, self.capacity, self.entries = guesses, capacity, []  # (key, gram) oldest first
+
+    def add(self, key, gram):
+        if (key, gram) in self.entries:
+            return
+        same = [e for e in self.entries if e[0] == key]
+        if len(same) >= self.guesses:
+            self.entries.remove(same[0])
+        elif len(self.entries) >= self.capacity:
+            self.entries.pop(0)
+        self.entries.append((key, gram))
+
+    def lookup(self, key):
+        return [g for k, g in reversed(self.entries) if k == key][:self.guesses]
+
+
+def test_pool_keeps_guess_set_size_per_key_without_duplicates_newest_first():
+    policy = Lookahead(level=3, window_size=2, guess_set_size=3, pool_capacity=6)
+    ids = jnp.zeros((2, 4), jnp.int32)
+    _, state = policy.start(ids, jnp.ones((2, 4), jnp.int32), 8, 4, jax.random.PRNGKey(0))
+    ref = [DictPool(3, 6), DictPool(3, 6)]
+    rng = np.random.RandomState(0)
+    for _ in range(60):
+        key = rng.randint(0, 3, 2)
+        gram = rng.randint(0, 3, (2, 2))
+        store = rng.rand(2) < 0.8
+        state = policy.remember(state, jnp.asarray(key), jnp.asarray(gram), jnp.asarray(store))
+        for row in range(2):
+            if store[row]:
+                ref[row].add(int(key[row]), tuple(int(t) for t in gram[row]))
+        for last in range(3):
+            proposal = policy.propose(state, jnp.full((2,), last, jnp.int32), None)
+            for row in range(2):
+                got = [tuple(int(t) for t in g) for g, ok in zip(proposal.branches[row], proposal.valid[row]) if ok]
+                assert got == ref[row].lookup(last), (row, last)
+
+
+def test_lookahead_settings_are_checked():
+    for bad, match in (({"level": 1}, "level must be"), ({"window_size": 0}, "window_size"),
+                       ({"guess_set_size": 4, "pool_capacity": 2}, "pool_capacity")):
+        with pytest.raises(ConfigError, match=match):
+            SamplerConfig(policy=Lookahead(**bad))
+    with pytest.raises(ConfigError, match="greedy"):
+        SamplerConfig(policy="lookahead", temperature=0.7)
+    with pytest.raises(ConfigError, match="own exact KV cache"):
+        SamplerConfig(policy="lookahead", cache="prefix")
