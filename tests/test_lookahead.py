@@ -140,3 +140,43 @@ def test_lookahead_settings_are_checked():
         SamplerConfig(policy="lookahead", temperature=0.7)
     with pytest.raises(ConfigError, match="own exact KV cache"):
         SamplerConfig(policy="lookahead", cache="prefix")
+
+
+def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
+    """Prompt lookup decoding (drafts copied from the prompt after the last token's latest earlier
+    occurrence), written here against the interface alone: the engine runs it unchanged and its
+    output is greedy decoding's."""
+    import dataclasses
+
+    from jaxdllm.decoding import register_policy
+    from jaxdllm.decoding.policies import DraftVerifyPolicy, VerifyLayout
+    from jaxdllm.decoding.policies.draft_verify import Proposal
+
+    @dataclasses.dataclass(frozen=True)
+    class PromptLookup(DraftVerifyPolicy):
+        draft_tokens: int = 3
+        name = "test_prompt_lookup"
+
+        def layout(self, block_length):
+            return VerifyLayout(levels=0, width=0, branches=1, branch_len=self.draft_tokens)
+
+        def start(self, prompt, seg, gen_length, block_length, key):
+            return jnp.broadcast_to(prompt[:, -1:], (prompt.shape[0], gen_length)), prompt.astype(jnp.int32)
+
+        def propose(self, prompt, last, draft):
+            lp, k = prompt.shape[1], self.draft_tokens
+            hits = (prompt[:, :lp - k] == last[:, None])
+            at = jnp.where(hits.any(1), lp - k - 1 - jnp.argmax(hits[:, ::-1], axis=1), 0)
+            branch = jax.vmap(lambda row, i: jax.lax.dynamic_slice_in_dim(row, i + 1, k))(prompt, at)
+            return Proposal(jnp.zeros((len(last), 0), jnp.int32), branch[:, None], hits.any(1)[:, None])
+
+    register_policy(PromptLookup)
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    gen = 20
+    ids, mask, _ = prompts([12, 16], seed=5, vocab=hf.config.vocab_size)
+    want = hf_greedy(hf, ids, mask, gen)
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy="test_prompt_lookup", gen_length=gen, block_length=4,
+                                                     prompt_bucket=8), attention_mask=mask)
+    np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
+    assert (out.nfe <= gen).all()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.layout import CanvasView, slice_window
+from jaxdllm.decoding.layout import slice_window
 from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache

@@ -25,11 +25,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
     def loss_of(trainable, frozen, micro, key):
         model = split.model(trainable, frozen)
         student = lambda tokens, positions, mask: model(tokens, positions=positions, attention=mask)
-        teacher = None
-        if objective.needs_teacher:  # the same model, gradients stopped: distillation into itself
-            detached = split.model(jax.lax.stop_gradient(trainable), frozen)  # frozen params take no gradient
-            teacher = lambda tokens, positions, mask: detached(tokens, positions=positions, attention=mask)
-        return objective(Views(student=student, teacher=teacher, config=model.config), micro, key)
+        return objective(Views(student=student, config=model.config), micro, key)
 
     grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 

@@ -6,11 +6,9 @@ keys besides `kind`). Calling it runs one loss:
 
     objective(views, batch, key) -> (loss scalar, metrics dict of scalars)
 
-`views.student(tokens, positions, mask)` is the model being trained (gradients flow);
-`views.teacher(...)` is the same call with no gradient (the student's own parameters under
-`stop_gradient`, for objectives that distil a model into itself); an objective may run either
-several times (two masked views of one batch, a noisy and a clean stream). `batch` is a dict of
-`[B, L]` arrays, `jaxdllm.data.BATCH_KEYS`.
+`views.student(tokens, positions, mask)` is the model being trained (gradients flow); an
+objective may run it several times (two masked views of one batch, a noisy and a clean stream).
+`batch` is a dict of `[B, L]` arrays, `jaxdllm.data.BATCH_KEYS`.
 
 Token shift: for `ModelConfig.shift_logits` models (Dream, Fast-dLLM v2) the logit at i-1
 predicts token i. `aligned_logits` re-indexes the raw logits so that entry i predicts token i,
@@ -41,13 +39,11 @@ class Views:
 
     Attributes:
       student: the trained model; gradients flow through it.
-      teacher: the same model with gradients stopped (None unless the objective asks for it).
       config: the model's `ModelConfig` (special ids, shift, attention mode).
     """
 
     student: Apply
     config: ModelConfig
-    teacher: Apply | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +53,6 @@ class Objective(Settings):
     Class attributes:
       name: the recipe's `kind`.
       needs_mask_token: the model must have a `mask_token_id`.
-      needs_teacher: `views.teacher` is provided.
       packing: whether examples may be packed several to a row.
       trajectory_selection: for objectives trained on Jacobi trajectories (`[data] source =
         "trajectories"`), how each row's noisy states are chosen
@@ -67,7 +62,6 @@ class Objective(Settings):
     name: ClassVar[str] = ""
     role: ClassVar[str] = "objective"
     needs_mask_token: ClassVar[bool] = False
-    needs_teacher: ClassVar[bool] = False
     packing: ClassVar[bool] = True
     trajectory_selection: ClassVar[str | None] = None
 

@@ -1,0 +1,157 @@
+"""Draft-and-verify decoding of the shipped causal checkpoints, side by side in one process (JSON + PNG).
+
+Samplers (all greedy and exact: each gives AR's tokens, which the script checks row by row):
+  ar                    Jacobi decoding with a window of 1 (one forward per token)
+  jacobi                plain Jacobi decoding, window n = 16
+  jacobi-forcing        the `jacobi-forcing` preset at n = 16 (multi-block + rejection recycling)
+  lookahead             Lookahead decoding's published 7B setting (N 5, W 7, G 7)
+  lookahead+prompt      the same with the pool seeded from the prompt (`pool_from_prompt`)
+
+For each model and task: answer tokens per forward over `--n-prompts` held-out prompts per task
+(decoded as one batch per task group), and tokens/s of the whole decoding at batch 1 (one prompt
+per task, one call each, compiled beforehand) and over a batch of every group's prompts.
+
+    python -m sampling.benchmarks.benchmark_draft_verify --out sampling/results/draft_verify_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jaxdllm.extras import exit_if_missing
+import jaxdllm
+from jaxdllm.data import make_mixture
+from jaxdllm.decoding import SamplerConfig
+from jaxdllm.eval.runner import left_pad
+from jaxdllm.eval.tasks import LONG, SUITE
+from jaxdllm.tokenizer import Tokenizer, answer_length
+
+GROUPS = {"suite": SUITE, "long": LONG}
+GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
+N = 16           # the Jacobi window
+
+
+def samplers() -> dict[str, SamplerConfig]:
+    g = GEN_LENGTH
+    return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
+            "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=N),
+            "jacobi-forcing": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=N),
+            "lookahead": SamplerConfig.preset("lookahead", gen_length=g),
+            "lookahead+prompt": SamplerConfig.preset("lookahead", gen_length=g, pool_from_prompt=True)}
+
+
+def answers(tokens: np.ndarray, width: int, eos: int) -> list[list[int]]:
+    return [list(row[width:width + answer_length(row[width:], eos)]) for row in tokens]
+
+
+def seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
+    model = jaxdllm.from_pretrained(model_dir)
+    tokenizer = Tokenizer.from_pretrained(model_dir)
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id or 0
+    out = []
+    for group, tasks in GROUPS.items():
+        examples = make_mixture(tasks, n_prompts, 1234, split="test")
+        ids, mask = left_pad([tokenizer.encode(e.prompt) for e in examples], pad)
+        width = ids.shape[1]
+        singles = [next(i for i, e in enumerate(examples) if e.task == t) for t in tasks]
+        reference = None
+        for name, config in samplers().items():
+            run = lambda: jaxdllm.generate(model, ids, config, attention_mask=mask)
+            res = run()  # compiles
+            batch_s = min(seconds(run) for _ in range(repeats))
+            got = answers(np.asarray(res.tokens), width, eos)
+            reference = got if name == "ar" else reference
+            one = [lambda i=i: jaxdllm.generate(model, ids[i:i + 1], config, attention_mask=mask[i:i + 1])
+                   for i in singles]
+            one[0]()  # compiles the batch-1 program
+            single_s = min(sum(seconds(f) for f in one) for _ in range(repeats))
+            single_tokens = sum(len(got[i]) for i in singles)
+            nfe = np.asarray(res.nfe)
+            per_task = {}
+            for task in tasks:
+                rows = [i for i, e in enumerate(examples) if e.task == task]
+                tokens = sum(len(got[i]) for i in rows)
+                per_task[task] = dict(tokens_per_forward=tokens / float(nfe[rows].sum()),
+                                      forwards_per_answer=float(nfe[rows].mean()))
+            tokens = sum(len(a) for a in got)
+            out.append(dict(model=model_dir.name, tasks=group, sampler=name, rows=len(examples),
+                            tokens_per_forward=tokens / float(nfe.sum()), per_task=per_task,
+                            tokens_fed_per_forward=_fed(config),
+                            batch_tok_s=tokens / batch_s, batch1_tok_s=single_tokens / single_s,
+                            same_as_ar=sum(a == b for a, b in zip(got, reference)) / len(got)))
+            print(json.dumps({k: v for k, v in out[-1].items() if k != "per_task"}), flush=True)
+    return out
+
+
+def _fed(config: SamplerConfig) -> int:
+    """Tokens one row feeds per forward (the compute a step costs, relative to AR's 1)."""
+    return config.policy.layout(config.block_length).length
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    models = sorted({r["model"] for r in rows})
+    names = list(samplers())
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    width = 0.8 / len(names)
+    groups = [(m, g) for m in models for g in GROUPS]
+    for k, name in enumerate(names):
+        pick = [next(r for r in rows if r["model"] == m and r["tasks"] == g and r["sampler"] == name) for m, g in groups]
+        x = np.arange(len(groups)) + k * width
+        axes[0].bar(x, [r["tokens_per_forward"] for r in pick], width, label=name)
+        axes[1].bar(x, [r["batch1_tok_s"] for r in pick], width, label=name)
+        axes[2].bar(x, [r["batch_tok_s"] for r in pick], width, label=name)
+    labels = [f"{m.replace('tasks-', '')}\n{g}" for m, g in groups]
+    for ax, title in zip(axes, ("answer tokens per forward", "tokens/s, batch 1 (one call per prompt)",
+                                "tokens/s, every prompt of the group in one batch")):
+        ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, labels, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Draft-and-verify decoding, greedy (same tokens as AR), {result['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.benchmark_draft_verify")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="checkpoints/tasks-qwen2-small,checkpoints/tasks-qwen2-small-jf")
+    p.add_argument("--n-prompts", type=int, default=50, help="held-out prompts per task")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="sampling/results/draft_verify_cpu")
+    args = p.parse_args(argv)
+    import jax
+
+    t0 = time.perf_counter()
+    rows = []
+    for model in args.models.split(","):
+        rows += measure(Path(model), args.n_prompts, args.repeats)
+    result = {"device": jax.devices()[0].device_kind, "gen_length": GEN_LENGTH, "n_prompts_per_task": args.n_prompts,
+              "samplers": {k: repr(v.policy) for k, v in samplers().items()}, "rows": rows,
+              "wall_s": time.perf_counter() - t0}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    plot(result, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
