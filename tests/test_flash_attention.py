@@ -111,6 +111,24 @@ def test_tile_map_skips_exactly_the_tiles_above_the_causal_diagonal():
         assert sorted(order[row, :n_full]) == list(range(row)) and order[row, n_full] == row
 
 
+def test_tile_map_of_a_lookahead_forward_skips_the_tiles_no_token_sees():
+    """Lookahead decoding's layout (N 5, W 15, G 15) after a 64-token prefix, 16-tiles: a tile is
+    empty exactly where the per-element rule shows nothing, and most of the window's tiles are."""
+    from mask_rules import brute_force
+
+    shape, prefix = (4, 15, 4), 64
+    q_len = 1 + 4 * 15 + 15 * 4
+    spec = MaskSpec(kind="lookahead", window_shape=shape, q_offset=prefix, prefix_len=prefix)
+    classes = np.asarray(tiles.tile_classes(spec, q_len, prefix + q_len, 16, 16))[0]
+    dense = brute_force("lookahead", q_len, prefix + q_len, q_offset=prefix, prefix=prefix, window_shape=shape)
+    padded = np.zeros((classes.shape[0] * 16, classes.shape[1] * 16), bool)
+    padded[:q_len, :prefix + q_len] = dense
+    any_visible = padded.reshape(classes.shape[0], 16, classes.shape[1], 16).any(axis=(1, 3))
+    np.testing.assert_array_equal(classes == tiles.EMPTY, ~any_visible)
+    window_tiles = classes[:, prefix // 16:]
+    assert (window_tiles == tiles.EMPTY).mean() > 0.5
+
+
 def test_block_sizes_follow_coarse_mask_blocks_and_dtype():
     assert BlockSizes.for_mask(MaskSpec(kind="jacobi_forcing", block_size=64)).block_q == 64
     assert BlockSizes.for_mask(MaskSpec(kind="causal")).block_q == 128
