@@ -194,12 +194,13 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     cached = sampler.cache.keeps_kv or draft
     span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
     slots = total + span if draft else total
+    width = max(total, span) if draft else total  # the widest forward: the canvas, or one verify layout
     terms = {
         "weights": parameter_bytes(c, mesh),
         "kv_cache": 2 * c.num_layers * rows * slots * kv_local * c.head_dim * act if cached else 0,
         "logits": 2 * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
-        "activations": (rows * total * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
-                        + (0 if _flash(c, platform) else rows * heads_local * total * total * 4)),
+        "activations": (rows * width * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
+                        + (0 if _flash(c, platform) else rows * heads_local * width * slots * 4)),
         "decode_state": rows * total * 16,
     }
     notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)

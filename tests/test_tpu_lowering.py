@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) d
 
 MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-prefix": "llada-8b",
             "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
-            "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "block-diffusion": "fast-dllm-v2-7b"}
+            "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "lookahead": "qwen2.5-7b",
+            "block-diffusion": "fast-dllm-v2-7b"}
 MESHES = [(1, 1, 1), (1, 4, 2), (2, 2, 2), (1, 8, 1)]   # (data, fsdp, tensor): one chip, and v5e-8 layouts
 
 
@@ -43,7 +44,7 @@ def _check(facts, platform="tpu"):
 
 
 # The default run: diffusion with a cache and Jacobi Forcing's decoding on the v5e-8 layouts; the slow run: all.
-DEFAULT = [("fast-dllm-dual", (1, 4, 2)), ("jacobi-forcing", (1, 4, 2)), ("llada", (1, 8, 1))]
+DEFAULT = [("fast-dllm-dual", (1, 4, 2)), ("jacobi-forcing", (1, 4, 2)), ("lookahead", (1, 1, 1)), ("llada", (1, 8, 1))]
 SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES if (p, m) not in DEFAULT]
 
 
