@@ -12,19 +12,8 @@ import pytest
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.decoding.policies import Lookahead
-from hf_models import make_hf_model
 from sampler_fixtures import prompts
-from test_jacobi import PAD, hf_greedy
-
-
-@pytest.fixture(scope="module", params=[("qwen2", "gqa"), pytest.param(("llama", "mha"), marks=pytest.mark.slow)],
-                ids=["qwen2", "llama"])
-def saved(request, tmp_path_factory):
-    kind, shape = request.param
-    hf = make_hf_model(kind, shape)
-    path = tmp_path_factory.mktemp(kind)
-    hf.save_pretrained(path)
-    return hf, path
+from test_jacobi import PAD, hf_greedy, saved  # noqa: F401  (saved: the Qwen2 / Llama checkpoint fixture)
 
 
 SETTINGS = {"published": {}, "small": {"level": 3, "window_size": 4, "guess_set_size": 2, "pool_capacity": 8},

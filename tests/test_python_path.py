@@ -141,7 +141,7 @@ def test_every_preset_rescales_to_a_coherent_config(gen):
     for name, published in SAMPLER_PRESETS.items():
         config = SamplerConfig.preset(name, gen_length=gen)
         assert config.gen_length == gen and config.policy == published.policy and config.cache == published.cache
-        if published.policy.method == "jacobi":
+        if published.policy.method == "draft":
             assert config.block_length == min(published.block_length, gen)
             continue
         assert gen % config.block_length == 0 and config.block_length <= max(published.block_length, gen)

@@ -340,7 +340,7 @@ def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, ke
 
     Args:
       model: a `Transformer`: diffusion (bidirectional: LLaDA, Dream; block-causal: block
-        diffusion, Fast-dLLM v2) with a `mask_token_id`, or causal for `policy="jacobi"`.
+        diffusion, Fast-dLLM v2) with a `mask_token_id`, or causal for a draft-and-verify policy (`jacobi`, `lookahead`).
       input_ids: `[B, Lp]` prompts, left-padded where lengths differ, or the tokenizer's `TokenBatch`.
       config: a `SamplerConfig`.
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding.
