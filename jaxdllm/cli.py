@@ -6,7 +6,8 @@
   jaxdllm convert SRC DST [--dtype D]  re-export a checkpoint (cast, re-shard, or to orbax)
   jaxdllm train RECIPE.toml [--workdir DIR] [--export DIR]   train, resuming from DIR if it holds checkpoints
   jaxdllm distill generate RECIPE.toml   the teacher's checked answers for distillation ([distill] section)
-  jaxdllm distill trajectories RECIPE.toml   ... with every Jacobi state (Jacobi Forcing, CLLM)
+  jaxdllm distill trajectories RECIPE.toml   ... with every decoding state (Jacobi Forcing, CLLM, Learn2PD)
+  jaxdllm distill learn2pd RECIPE.toml       Learn2PD's filter from those states, saved beside the model
 
 The commands that compile (generate, eval, train, distill) use JAX's persistent compilation cache
 in `~/.cache/jaxdllm/xla` (`$JAXDLLM_COMPILATION_CACHE` names another folder, `off` turns it off):
@@ -110,6 +111,7 @@ def _generate(args) -> int:
 
     from jaxdllm.checkpoint.hf_io import from_pretrained
     from jaxdllm.decoding import generate
+    from jaxdllm.pretrained import policy_params
     from jaxdllm.tokenizer import Tokenizer, answer_length
 
     from jaxdllm.errors import ConfigError
@@ -119,6 +121,7 @@ def _generate(args) -> int:
     model_dir = _model_dir(args)
     config = _sampler_config(args, model_dir)  # bad options fail before any loading
     _warn_cache_notes(model_dir, [config])
+    params = policy_params(model_dir, config)  # e.g. Learn2PD's filter beside the model
     model = from_pretrained(model_dir, quantization=args.quantize)
     tok = Tokenizer.from_pretrained(model_dir)
     if not args.allow_unk:
@@ -128,7 +131,8 @@ def _generate(args) -> int:
     else:
         ids = tok.encode(args.prompt)
     t0 = time.perf_counter()
-    out = generate(model, np.asarray([ids], np.int32), config, key=jax.random.PRNGKey(args.seed))
+    out = generate(model, np.asarray([ids], np.int32), config, key=jax.random.PRNGKey(args.seed),
+                   policy_params=params)
     tokens = np.asarray(out.tokens[0, len(ids):])
     seconds = time.perf_counter() - t0
     print(tok.decode(tokens.tolist(), skip_special_tokens=True))
@@ -189,6 +193,7 @@ def _eval(args) -> int:
     from jaxdllm.errors import ConfigError
     from jaxdllm.eval import evaluate, resolve_tasks
     from jaxdllm.eval.evaluate import weights_version
+    from jaxdllm.pretrained import policy_params
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.validation import require_positive_int
 
@@ -203,6 +208,7 @@ def _eval(args) -> int:
     model_dir = _model_dir(args)
     samplers = _eval_samplers(args, model_dir)
     _warn_cache_notes(model_dir, list(samplers.values()))
+    params = {label: policy_params(model_dir, config) for label, config in samplers.items()}
     out = Path(args.out) if args.out else default_eval_dir(model_dir, args.quantize)
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
@@ -211,7 +217,7 @@ def _eval(args) -> int:
     tokenizer = Tokenizer.from_pretrained(model_dir)
     version = weights_version(model_dir) + (f"-{args.quantize}" if args.quantize else "")
     evaluate(model, tokenizer, tasks, samplers, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
-             model_id=str(model_dir.resolve()), model_version=version,
+             model_id=str(model_dir.resolve()), model_version=version, policy_params=params,
              progress=not args.no_progress,
              log=lambda line: print(line, flush=True))
     written = [out / name for name in ("eval.json", "pareto.png") if (out / name).is_file()]
@@ -377,6 +383,47 @@ def _distill_generate(args) -> int:
     return 0
 
 
+def _distill_learn2pd(args) -> int:
+    from jaxdllm.checkpoint.hf_io import from_pretrained
+    from jaxdllm.decoding.policies.learn2pd import FILTER_FILE, save_filter
+    from jaxdllm.errors import ConfigError, DataError
+    from jaxdllm.eval.evaluate import weights_version
+    from jaxdllm.train.config import Learn2PDSection
+    from jaxdllm.train.distill.learn2pd import fit_filter, read_trajectories, trajectory_settings
+
+    config = _recipe(args)
+    if config.distill is None:
+        raise ConfigError(f"recipe {args.recipe} has no [distill] section: it names the model (teacher) and the "
+                          "prompts whose trajectories train the filter")
+    section = config.learn2pd or Learn2PDSection()
+    teacher = checkpoint_dir(config.distill.teacher or config.model.init_from)
+    path = Path(section.trajectories or config.distill.out)
+    if not path.is_file():
+        raise DataError(f"no trajectories at {path}: record them first with `jaxdllm distill trajectories "
+                        f"{args.recipe}`")
+    settings = trajectory_settings(path)
+    if settings["policy"]["name"] in ("jacobi", "lookahead"):
+        raise ConfigError(f"{path} holds draft-and-verify trajectories; Learn2PD's oracle traces are a diffusion "
+                          "model's decoding ([distill] preset = \"llada\")")
+    target = Path(args.out or section.out or teacher)
+    target = target if target.suffix == ".safetensors" else target / FILTER_FILE  # a folder: the file inside
+    check_output_file(target, "--out" if args.out else "[learn2pd] out")
+    model = from_pretrained(teacher, dtype=config.distill.dtype)
+    records = read_trajectories(path)
+    module, report = fit_filter(model, records, settings["block_length"], hidden=section.hidden, steps=section.steps,
+                                batch_size=section.batch_size, lr=section.lr, held_out=section.held_out,
+                                seed=section.seed, thresholds=section.thresholds,
+                                log=lambda line: print(line, flush=True))
+    report.update(model=teacher.name, weights=weights_version(teacher), trajectories=str(path),
+                  trajectory_sampler=settings)
+    saved = save_filter(module, target, model=teacher.name, weights=weights_version(teacher),
+                        trained_on=f"{len(records)} prompts of {path.name} ({settings['policy']['name']}, "
+                                   f"gen_length {settings['gen_length']})")
+    saved.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    print(f"wrote {saved} and {saved.with_suffix('.json')}", flush=True)
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (exit 2), like every other error of the command line."""
 
@@ -470,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
         p.set_defaults(func=_distill_generate)
+    p = distill.add_parser("learn2pd", help="Learn2PD's filter from the recorded trajectories of a diffusion model "
+                                           "([learn2pd] section); saved beside the model, where --preset learn2pd "
+                                           "finds it")
+    p.add_argument("recipe", help="TOML recipe with [distill] (the model, its trajectories) and [learn2pd]")
+    p.add_argument("--out", help="filter file or folder (default: [learn2pd] out, else the model's folder)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    p.set_defaults(func=_distill_learn2pd)
     p = sub.add_parser("train", help="train or fine-tune from a recipe (training/*.toml)")
     p.add_argument("recipe", help="TOML recipe: a file, or a shipped recipe's name (tasks_tiny_cpu)")
     p.add_argument("--workdir", help="checkpoints + metrics.jsonl (default: the recipe's [checkpoint] dir)")

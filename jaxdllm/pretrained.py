@@ -82,6 +82,20 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     return base.replace(**overrides) if overrides else base
 
 
+def policy_params(path: str | os.PathLike, config: SamplerConfig):
+    """The parameters `config`'s policy reads, saved beside the checkpoint: for `learn2pd`, its
+    filter (`learn2pd_filter.safetensors`, written by `jaxdllm distill learn2pd`); None for a
+    policy without parameters of its own. Pass it as `generate(..., policy_params=...)`.
+
+    Args:
+      path: checkpoint folder or shipped name.
+      config: the `SamplerConfig` that will decode (its block length must match the filter's).
+    """
+    if not config.policy.needs_params:
+        return None
+    return config.policy.load_params(checkpoint_dir(path), config)
+
+
 def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
     """What the checkpoint's card measured for `config`'s cache, when it flags that cache
     (`cache_notes` in `jaxdllm_sampler.json`; e.g. approximate caches that lose accuracy on a
@@ -115,4 +129,5 @@ def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=
     return Pretrained(model, tokenizer, defaults)
 
 
-__all__ = ["Pretrained", "cache_note", "checkpoint_settings", "default_preset", "load", "sampler_defaults"]
+__all__ = ["Pretrained", "cache_note", "checkpoint_settings", "default_preset", "load", "policy_params",
+           "sampler_defaults"]

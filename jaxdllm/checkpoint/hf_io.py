@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+# A safetensors file beside the weights that is not part of them (e.g. Learn2PD's filter) says so
+# in its metadata; loading skips it and an export leaves it in place.
+SIDE_FILE_METADATA = "jaxdllm_side_file"
 # Sampler defaults that suit the model (e.g. a short gen_length for a model with a short
 # max_position); `jaxdllm generate` reads them before the preset's.
 SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"
@@ -105,9 +108,17 @@ def _weight_map(directory: Path) -> dict[str, Path]:
         raise CheckpointError(f"no {SINGLE_FILE}, {INDEX_FILE} or *.safetensors in {directory}{hint}")
     files = {}
     for file in shards:
-        for name in _open(file).keys():
+        handle = _open(file)
+        if SIDE_FILE_METADATA in (handle.metadata() or {}):  # not weights (e.g. Learn2PD's filter)
+            continue
+        for name in handle.keys():
             files[name] = file
     return files
+
+
+def is_side_file(file: Path) -> bool:
+    """Whether a safetensors file declares itself a side file (`SIDE_FILE_METADATA`), not weights."""
+    return SIDE_FILE_METADATA in (_open(file).metadata() or {})
 
 
 def _open(file: Path):
@@ -347,7 +358,8 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     if writer:
         out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob("*.safetensors"):
-            stale.unlink()
+            if not is_side_file(stale):
+                stale.unlink()
     weight_map, total = {}, 0
     for fname, shard in zip(names, shards):
         tensors = {}

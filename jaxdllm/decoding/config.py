@@ -234,6 +234,11 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     "dparallel-mbpp": SamplerConfig(gen_length=256, block_length=32, policy="entropy", entropy_threshold=0.45),
     "prophet": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="prophet"),
     "credit": SamplerConfig(gen_length=256, block_length=32, policy="credit"),
+    # Learn2PD (LLaDA, GSM8K): LLaDA's one-token-per-step schedule plus every position its trained
+    # filter accepts (sigmoid > 0.96), with end-of-text prediction. The filter is found beside the
+    # model (`learn2pd_filter.safetensors`, `jaxdllm distill learn2pd`).
+    "learn2pd": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="learn2pd",
+                              filter_threshold=0.96, eot_prediction=True),
     "local-leap": SamplerConfig(gen_length=256, block_length=32, policy="local_leap"),
     # Dream-v0-Instruct-7B's published generation settings (GSM8K-style): 256 tokens, 256 steps,
     # entropy ordering, greedy tokens.

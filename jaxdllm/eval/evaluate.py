@@ -67,6 +67,21 @@ def _mean_row(rows: dict[str, dict]) -> dict:
             "mean_nfe": nfe / sum(r["n"] for r in tasks), "answer_tokens_per_forward": tokens / max(nfe, 1)}
 
 
+def params_fingerprint(module) -> str:
+    """A short fingerprint of a policy's parameters ("" for none): decoded items of another
+    filter are not reused."""
+    if module is None:
+        return ""
+    import numpy as np
+    from flax import nnx
+
+    digest = hashlib.blake2b(digest_size=8)
+    for path, value in sorted(nnx.to_flat_state(nnx.state(module)), key=lambda kv: str(kv[0])):
+        digest.update(str(path).encode())
+        digest.update(np.asarray(getattr(value, "value", value)).tobytes())
+    return "\x00" + digest.hexdigest()
+
+
 def weights_version(model_dir: str | Path) -> str:
     """A short fingerprint of a checkpoint directory's weight files (names, sizes, modification
     times): it changes when the weights are written again, e.g. by a new training run's export."""
@@ -77,7 +92,8 @@ def weights_version(model_dir: str | Path) -> str:
 
 def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, SamplerConfig], *, n: int | None,
              seed: int = 1234, batch_size: int = 100, out: str | Path | None = None, model_id: str = "",
-             model_version: str = "", progress: bool = True, log=print) -> dict:
+             model_version: str = "", policy_params: dict | None = None, progress: bool = True,
+             log=print) -> dict:
     """Evaluate every sampler setting on every task.
 
     Args:
@@ -91,6 +107,8 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
       model_id: names the model in the resume key and the JSON (e.g. its resolved directory).
       model_version: also part of the resume key: records of other weights at the same
         `model_id` are decoded again (the CLI passes `weights_version(model_dir)`).
+      policy_params: `{label: module}` for the settings whose policy has parameters of its own
+        (Learn2PD's filter: `jaxdllm.policy_params`); their fingerprint is part of the resume key.
       progress: show a progress bar per (setting, task).
       log: called with one line per finished (setting, task).
 
@@ -108,15 +126,17 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
               "settings": {label: repr(config) for label, config in samplers.items()}, "results": {}}
     for label, config in samplers.items():
         rows = {}
+        params = (policy_params or {}).get(label)
         for task in tasks:
             items = task_items[task.name]
-            key = setting_key(f"{model_id}\x00{model_version}\x00{label}\x00{batch_size}", config, task)
+            key = setting_key(f"{model_id}\x00{model_version}\x00{label}\x00{batch_size}"
+                              f"{params_fingerprint(params)}", config, task)
             bar = tqdm(total=len(items), desc=f"{label} | {task.name}", unit="item", disable=not progress,
                        leave=False)
             try:
                 with stop_between_batches() as stop:  # Ctrl-C or SIGTERM: after the batch in progress
                     records = run_task(model, tokenizer, task, items, config, key=key, store=store,
-                                       batch_size=batch_size, progress=bar, stop=stop)
+                                       batch_size=batch_size, progress=bar, stop=stop, policy_params=params)
             except KeyboardInterrupt as e:  # every finished batch is in the store
                 if store.path is None:
                     raise

@@ -112,8 +112,8 @@ class DecodedBatch:
 
 def decode_batches(model: Transformer, rows: Sequence[list[int]], config: SamplerConfig, *, batch_size: int,
                    start: int = 0, same_shape: bool = False, seed: int | None = None,
-                   finished: Callable[[int, int], bool] | None = None, progress=None, stop=None
-                   ) -> Iterator[DecodedBatch]:
+                   finished: Callable[[int, int], bool] | None = None, progress=None, stop=None,
+                   policy_params=None) -> Iterator[DecodedBatch]:
     """The one resumable batched decoding loop (eval, teacher answers, Jacobi trajectories).
 
     Decodes the prompt ids `rows` in fixed batches `[k*B, (k+1)*B)` from row `start`, one compiled
@@ -122,7 +122,8 @@ def decode_batches(model: Transformer, rows: Sequence[list[int]], config: Sample
     `jaxdllm.interrupts.StopRequest`) checked, so a stop request ends the run between stored
     batches. `finished(lo, hi)` says a batch is already stored (it is skipped);
     `same_shape` pads the last batch to `batch_size` rows; `seed` makes batch k's key
-    `fold_in(PRNGKey(seed), k)` (None: `generate`'s default key for every batch).
+    `fold_in(PRNGKey(seed), k)` (None: `generate`'s default key for every batch);
+    `policy_params` goes to `generate` (a policy's own parameters, e.g. Learn2PD's filter).
     """
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     for lo in range(start, len(rows), batch_size):
@@ -137,7 +138,7 @@ def decode_batches(model: Transformer, rows: Sequence[list[int]], config: Sample
         ids, mask = left_pad(chunk, pad)
         key = None if seed is None else jax.random.fold_in(jax.random.PRNGKey(seed), lo // batch_size)
         begin = time.perf_counter()
-        result = generate(model, ids, config, attention_mask=mask, key=key)
+        result = generate(model, ids, config, attention_mask=mask, key=key, policy_params=policy_params)
         tokens = np.asarray(result.tokens[:, ids.shape[1]:])
         seconds = time.perf_counter() - begin
         shape = (repr(config), len(chunk), -(-ids.shape[1] // config.prompt_bucket))
@@ -164,21 +165,23 @@ def decode_rows(model: Transformer, tokenizer: Tokenizer, rows: list[list[int]],
 
 def run_task(model: Transformer, tokenizer: Tokenizer, task: EvalTask, items: list[EvalItem],
              config: SamplerConfig, *, key: str, store: ItemStore, batch_size: int = 100,
-             progress=None, stop=None) -> list[dict]:
+             progress=None, stop=None, policy_params=None) -> list[dict]:
     """Decode and score `items` (fixed batches of `batch_size`), reusing the records in `store`.
 
     Returns one record per item, in item order: `id`, `response`, `extracted`, `correct`, `nfe`,
     `answer_tokens`, its `batch` index, and that batch's wall-clock `batch_seconds` and whether
     it `compiled` the loop.
     `progress` is an optional tqdm-like bar advanced by the number of items done; `stop` an
-    optional `jaxdllm.interrupts.StopRequest`, checked after each batch is stored.
+    optional `jaxdllm.interrupts.StopRequest`, checked after each batch is stored;
+    `policy_params` the policy's own parameters (see `decode_batches`).
     """
     if not items:
         raise ConfigError(f"task {task.name!r} has no items to evaluate")
     eos = model.config.eos_token_id
     stored = lambda lo, hi: all(store.get(key, item.id) for item in items[lo:hi])
     for batch in decode_batches(model, [task.encode(tokenizer, item) for item in items], config,
-                                batch_size=batch_size, finished=stored, progress=progress, stop=stop):
+                                batch_size=batch_size, finished=stored, progress=progress, stop=stop,
+                                policy_params=policy_params):
         chunk = items[batch.lo:batch.lo + batch.size]
         responses = [decode_response(tokenizer, row, eos) for row in batch.tokens]
         store.add([{"key": key, "task": task.name, "id": item.id, "response": response,

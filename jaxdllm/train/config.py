@@ -6,6 +6,7 @@
 [objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm" | "certainty_forcing"
                #        | "jacobi_forcing" | "cllm", + its settings
 [distill]      # `jaxdllm distill generate` / `trajectories`: teacher, prompts, sampler, out
+[learn2pd]     # `jaxdllm distill learn2pd`: Learn2PD's filter from the trajectories (hidden, steps, out)
 [optim]        # lr, schedule, warmup_steps, weight_decay, b1, b2, clip, grad_accum
 [train]        # steps, seed, compute_dtype, on_nan
 [lora]         # rank (0 = off), alpha, targets
@@ -152,6 +153,36 @@ class DistillSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class Learn2PDSection:
+    """`jaxdllm distill learn2pd RECIPE`: Learn2PD's filter fitted with BCE to the oracle traces
+    that `jaxdllm distill trajectories RECIPE` recorded (the [distill] teacher decoding its prompts
+    with its base sampler). The prompts are split: `held_out` of them only measure the filter."""
+
+    trajectories: str | None = None    # the trajectory JSONL (default: [distill] out)
+    hidden: int = 32                   # the published 2-layer MLP (32 -> 32); 0: logistic regression
+    steps: int = 2000
+    batch_size: int = 1024             # recorded block states per Adam step
+    lr: float = 3e-3
+    held_out: float = 0.1              # share of the prompts kept out of training
+    seed: int = 0
+    thresholds: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9, 0.96, 0.99)  # acceptance measured at each
+    out: str | None = None             # the filter file or folder (default: the teacher's folder)
+
+    def __post_init__(self):
+        check_fields(self, "[learn2pd] ")
+        _check(isinstance(self.hidden, int) and self.hidden >= 0,
+               f"[learn2pd] hidden must be >= 0 (0: logistic regression), got {self.hidden!r}")
+        for name in ("steps", "batch_size"):
+            require_positive_int(getattr(self, name), f"[learn2pd] {name}")
+        _check(isinstance(self.lr, (int, float)) and self.lr > 0, f"[learn2pd] lr must be > 0, got {self.lr!r}")
+        _check(isinstance(self.held_out, (int, float)) and 0 <= self.held_out < 1,
+               f"[learn2pd] held_out must be in [0, 1), got {self.held_out!r}")
+        _check(isinstance(self.seed, int) and self.seed >= 0, f"[learn2pd] seed must be >= 0, got {self.seed!r}")
+        _check(bool(self.thresholds) and all(isinstance(t, (int, float)) and 0 < t < 1 for t in self.thresholds),
+               f"[learn2pd] thresholds must be values in (0, 1), got {self.thresholds!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class ObjectiveSection:
     """`kind` names a registered objective (`jaxdllm.train.objectives`); every other key of the
     section is one of that objective's settings (e.g. `eps`, `block_size`), checked here."""
@@ -254,6 +285,7 @@ class TrainConfig:
     log: LogSection = LogSection()
     mesh: MeshSection = MeshSection()
     distill: DistillSection | None = None
+    learn2pd: Learn2PDSection | None = None
 
     def __post_init__(self):
         _check(self.data.batch_size % self.optim.grad_accum == 0,
@@ -297,7 +329,7 @@ class TrainConfig:
                 value = dict(value)
                 kwargs[name] = ObjectiveSection(kind=value.pop("kind", ObjectiveSection.kind), settings=value)
                 continue
-            klass = {"data": DataSection, "optim": OptimSection, "distill": DistillSection,
+            klass = {"data": DataSection, "optim": OptimSection, "distill": DistillSection, "learn2pd": Learn2PDSection,
                      "train": TrainSection, "lora": LoraConfig, "checkpoint": CheckpointSection,
                      "log": LogSection, "mesh": MeshSection}[name]
             known = {f.name for f in dataclasses.fields(klass)}
@@ -326,6 +358,7 @@ class TrainConfig:
         out["model"].update(model["overrides"])
         objective = out.pop("objective")
         out["objective"] = {"kind": objective["kind"], **objective["settings"]}
-        if out["distill"] is None:
-            del out["distill"]
+        for optional in ("distill", "learn2pd"):
+            if out[optional] is None:
+                del out[optional]
         return out

@@ -16,7 +16,8 @@ every step makes progress. What a policy may ask for (class attributes):
 * `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
 * `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
 * `needs_params`: it has parameters of its own (e.g. Learn2PD's filter), passed as
-  `generate(..., policy_params=module)` and read as `ctx.policy_params`.
+  `generate(..., policy_params=module)` and read as `ctx.policy_params`; its `load_params`
+  finds them beside a checkpoint (what `jaxdllm.policy_params` and the command line call).
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ class Policy(Settings):
             if config.steps > config.gen_length:
                 raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}): "
                                   f"every step commits at least one token; pass steps={config.gen_length} or fewer")
+
+    def load_params(self, directory, config):
+        """This policy's parameters for `config`, read from a checkpoint `directory` (policies with
+        `needs_params` override it; e.g. Learn2PD reads its filter file there)."""
+        raise ConfigError(f"policy {self.name!r} has no parameters of its own to load")
 
     def init_state(self, batch: int, block_length: int, vocab_size: int):
         """The policy's carry at the start of a generation (a pytree of arrays)."""

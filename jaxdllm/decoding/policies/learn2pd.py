@@ -4,30 +4,94 @@ committed too. With `eot_prediction` (EoTP), an accepted EOS ends the answer: ev
 becomes EOS and later blocks are never decoded.
 
 The filter is any module `[B, block_length] -> [B, block_length]` accept logits passed as
-`generate(..., policy_params=module)`; `Learn2PDFilter` is the published 2-layer MLP (32 -> 32).
-Train it with BCE on oracle traces (the sampler's `max_trajectory` recordings).
+`generate(..., policy_params=module)`; `Learn2PDFilter` is the published 2-layer MLP (32 -> 32),
+or with `hidden=0` the published logistic-regression variant. `jaxdllm.train.distill.learn2pd`
+trains it with BCE on oracle traces of the engine's own decoding; `save_filter` writes it beside
+the model it was trained for (`learn2pd_filter.safetensors`), where `load_filter` and
+`jaxdllm generate --preset learn2pd` find it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxdllm.decoding.policies.base import Commit, ConfidencePolicy, in_unit_interval, rank_among, scheduled_count
+from jaxdllm.checkpoint.hf_io import SIDE_FILE_METADATA
+from jaxdllm.errors import CheckpointError, ConfigError
+
+FILTER_FILE = "learn2pd_filter.safetensors"
 
 
 class Learn2PDFilter(nnx.Module):
-    """`[B, block_length]` top-1 probabilities -> `[B, block_length]` accept logits."""
+    """`[B, block_length]` top-1 probabilities -> `[B, block_length]` accept logits: a 2-layer MLP
+    with a ReLU (`hidden` units), or one linear layer (`hidden=0`: logistic regression)."""
 
     def __init__(self, block_length: int = 32, hidden: int = 32, *, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(block_length, hidden, rngs=rngs)
-        self.out = nnx.Linear(hidden, block_length, rngs=rngs)
+        self.block_length, self.hidden_size = block_length, hidden
+        self.hidden = nnx.Linear(block_length, hidden, rngs=rngs) if hidden else None
+        self.out = nnx.Linear(hidden or block_length, block_length, rngs=rngs)
 
     def __call__(self, top1_probs: jax.Array) -> jax.Array:
+        if self.hidden is None:
+            return self.out(top1_probs)
         return self.out(jax.nn.relu(self.hidden(top1_probs)))
+
+
+def _filter_path(path) -> Path:
+    path = Path(path)
+    return path / FILTER_FILE if path.is_dir() else path
+
+
+def save_filter(module: Learn2PDFilter, path, **facts) -> Path:
+    """Write `module` as safetensors to `path` (a model folder: `learn2pd_filter.safetensors` in it);
+    `facts` (JSON-able: the model it belongs to, how it was trained) go in the file's metadata."""
+    from safetensors.numpy import save_file
+
+    tensors = {"/".join(map(str, k)): np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(module, nnx.Param))}
+    meta = {"block_length": module.block_length, "hidden": module.hidden_size, **facts}
+    target = _filter_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target), metadata={"learn2pd": json.dumps(meta), SIDE_FILE_METADATA: "learn2pd filter"})
+    return target
+
+
+def filter_facts(path) -> dict:
+    """The metadata `save_filter` wrote (`block_length`, `hidden`, and the facts given)."""
+    from safetensors import safe_open
+
+    target = _filter_path(path)
+    if not target.is_file():
+        raise CheckpointError(f"no Learn2PD filter at {target}: train one with `jaxdllm distill learn2pd`")
+    with safe_open(str(target), "np") as f:
+        raw = (f.metadata() or {}).get("learn2pd")
+    if raw is None:
+        raise CheckpointError(f"{target} is not a Learn2PD filter (no 'learn2pd' metadata)")
+    return json.loads(raw)
+
+
+def load_filter(path) -> Learn2PDFilter:
+    """The filter in `path` (a model folder holding `learn2pd_filter.safetensors`, or the file)."""
+    from safetensors.numpy import load_file
+
+    facts = filter_facts(path)
+    module = Learn2PDFilter(facts["block_length"], facts["hidden"], rngs=nnx.Rngs(0))
+    tensors = load_file(str(_filter_path(path)))
+    state = nnx.state(module, nnx.Param)
+    flat = dict(nnx.to_flat_state(state))
+    if set(tensors) != {"/".join(map(str, k)) for k in flat}:
+        raise CheckpointError(f"{_filter_path(path)}: tensors {sorted(tensors)} do not match a filter of "
+                              f"block_length {facts['block_length']}, hidden {facts['hidden']}")
+    for key, var in flat.items():
+        var.set_value(jnp.asarray(tensors["/".join(map(str, key))]))
+    nnx.update(module, nnx.from_flat_state(flat))
+    return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +105,16 @@ class Learn2PD(ConfidencePolicy):
     def check(self, config):
         in_unit_interval(self.filter_threshold, "filter_threshold", self.name)
         super().check(config)
+
+    def load_params(self, directory, config) -> "Learn2PDFilter":
+        """The filter saved beside a model (`directory/learn2pd_filter.safetensors`), checked
+        against `config`'s block length (the filter reads one block's probabilities)."""
+        facts = filter_facts(directory)
+        if facts["block_length"] != config.block_length:
+            raise ConfigError(f"the Learn2PD filter in {directory} reads blocks of {facts['block_length']} "
+                              f"positions, the sampler's block_length is {config.block_length}: pass "
+                              f"block_length={facts['block_length']} (and a gen_length that is a multiple of it)")
+        return load_filter(directory)
 
     def commit(self, logits, candidates, ctx):
         cfg = ctx.config
