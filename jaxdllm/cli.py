@@ -410,9 +410,12 @@ def _distill_learn2pd(args) -> int:
     check_output_file(target, "--out" if args.out else "[learn2pd] out")
     model = from_pretrained(teacher, dtype=config.distill.dtype)
     records = read_trajectories(path)
+    # the replayed features, kept beside the trajectories per model weights and dtype: another
+    # filter setting (hidden, steps, lr) on the same traces skips the replay
+    cache = path.with_name(f"{path.stem}.oracle-{weights_version(teacher)}-{config.distill.dtype or 'stored'}.npz")
     module, report = fit_filter(model, records, settings["block_length"], hidden=section.hidden, steps=section.steps,
                                 batch_size=section.batch_size, lr=section.lr, held_out=section.held_out,
-                                seed=section.seed, thresholds=section.thresholds,
+                                seed=section.seed, thresholds=section.thresholds, cache=cache,
                                 log=lambda line: print(line, flush=True))
     report.update(model=teacher.name, weights=weights_version(teacher), trajectories=str(path),
                   trajectory_sampler=settings)

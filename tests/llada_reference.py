@@ -1,5 +1,5 @@
 """A test-local torch LLaDA: random weights in LLaDA's checkpoint layout and its forward pass,
-written from `../shared/reference/architectures.md` (independent of jaxdllm's code)."""
+written from the published LLaDA modeling code's description (independent of jaxdllm's code)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-element attention rules written out from algorithms.md §5, §7 and §8, independent of
+"""Per-element attention rules written out from the published papers (BD3-LM, Jacobi Forcing, Lookahead decoding), independent of
 jaxdllm's vectorised `MaskSpec`."""
 
 import itertools
@@ -8,7 +8,7 @@ import numpy as np
 
 def lookahead_slots(levels, width, branch_len, branches):
     """Window index -> (part, a, b): ("current",), ("look", level, column), ("branch", branch, k),
-    in the order Lookahead decoding lays one forward out (algorithms.md §8)."""
+    in the order Lookahead decoding lays one forward out (Fu et al., 2024)."""
     slots = [("current", 0, 0)]
     slots += [("look", l, j) for l in range(levels) for j in range(width)]
     slots += [("branch", g, k) for g in range(branches) for k in range(branch_len)]

@@ -1,4 +1,4 @@
-"""Structured masks against per-element rules written out from algorithms.md §5/§7, and the
+"""Structured masks against per-element rules written out from the published papers (BD3-LM, Jacobi Forcing), and the
 reference attention against a naive numpy softmax loop."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""Lookahead decoding (algorithms.md §8) equals greedy autoregressive decoding, the published
+"""Lookahead decoding (Fu et al., 2024) equals greedy autoregressive decoding, the published
 property, checked against transformers' `generate(do_sample=False)` on tiny random Qwen2 and
 Llama checkpoints; it accepts several tokens per forward where the text repeats; its n-gram pool
 follows the published rules (checked against a dictionary written out here); the accepted
@@ -169,3 +169,38 @@ def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
                                                      prompt_bucket=8), attention_mask=mask)
     np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
     assert (out.nfe <= gen).all()
+
+
+@pytest.mark.parametrize("name", ["tasks-qwen2-small", pytest.param("tasks-qwen2-small-jf", marks=pytest.mark.slow)])
+def test_lookahead_on_the_shipped_causal_models_equals_transformers_greedy(name):
+    """The published setting (and the prompt-pool variant) on the shipped models, held-out suite
+    prompts: token for token transformers' greedy decoding up to EOS."""
+    import torch
+    import transformers
+
+    from jaxdllm.data import make_mixture
+
+    model, tok, _ = jaxdllm.load(name, dtype="float32")
+    path = jaxdllm.checkpoint_dir(name)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    examples = make_mixture(["copy", "reverse_long", "sort", "add"], 2, seed=7, split="test")
+    encode = (lambda text: tok.apply_chat_template([{"role": "user", "content": text}], tokenize=True)) \
+        if tok.chat_template else tok.encode
+    rows = [encode(e.prompt) for e in examples]
+    gen, eos = 32, model.config.eos_token_id
+    width = max(map(len, rows))
+    ids, mask = np.zeros((len(rows), width), np.int32), np.zeros((len(rows), width), np.int32)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):], mask[i, width - len(row):] = row, 1
+    wants = []
+    for row in rows:
+        with torch.no_grad():
+            prompt = torch.as_tensor([row])
+            want = hf.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=gen,
+                               do_sample=False, eos_token_id=eos, pad_token_id=eos)[0, len(row):].numpy()
+        wants.append(want[:int(np.argmax(want == eos)) + 1] if (want == eos).any() else want)
+    for extra in ({}, {"pool_from_prompt": True}):
+        config = jaxdllm.sampler_defaults(name, "lookahead", gen_length=gen, **extra)
+        out = jaxdllm.generate(model, ids, config, attention_mask=mask)
+        for i, want in enumerate(wants):
+            np.testing.assert_array_equal(out.tokens[i, width:width + len(want)], want)

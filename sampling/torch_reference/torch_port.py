@@ -3,7 +3,7 @@
 This is the independent reference that jaxdllm's compiled sampler is tested against, and the
 "PyTorch baseline" of `sampling/benchmarks/benchmark_sampler.py`. It follows the published samplers'
 structure (semi-autoregressive blocks over the generation region, one full-canvas forward per
-step) and is written from `shared/reference/algorithms.md`, sections 1-4.
+step) and is written from the published LLaDA, Fast-dLLM, dParallel and Learn2PD descriptions.
 
     out = generate(model_fn, prompt, gen_length=128, block_length=32, steps=128, mask_id=126336)
     out["tokens"]        # [1, Lp+G] long

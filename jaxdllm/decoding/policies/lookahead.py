@@ -1,5 +1,6 @@
-"""Lookahead decoding (Fu et al., 2024; algorithms.md §8): exact greedy decoding of a causal model
-that needs no draft model and no training.
+"""Lookahead decoding (Fu et al., 2024, "Break the Sequential Dependency of LLM Inference Using
+Lookahead Decoding"): exact greedy decoding of a causal model that needs no draft model and no
+training.
 
 Each step is one forward over `[current | lookahead window | G verification branches]`:
 

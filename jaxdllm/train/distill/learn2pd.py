@@ -1,4 +1,4 @@
-"""Learn2PD's filter (Bao et al., 2025; algorithms.md §4), trained from the engine's own decoding.
+"""Learn2PD's filter (Bao et al., 2025, "Learning to Parallel"), trained from the engine's own decoding.
 
 1. `jaxdllm distill trajectories RECIPE` decodes the prompts with the base sampler and records
    every state (the batched, resumable runner that teacher answers also use).
@@ -74,11 +74,14 @@ def read_trajectories(path: str | Path) -> list[dict]:
 
 
 def oracle_examples(model: Transformer, records: Sequence[dict], block_length: int, *,
-                    batch_size: int = 256) -> OracleExamples:
-    """Features and labels of every recorded state (see the module docstring).
+                    batch_size: int = 64) -> OracleExamples:
+    """Features and labels of every recorded state (see the module docstring), in record order.
 
     `records`: `read_trajectories` output, decoded with blocks of `block_length`; states are the
-    answer region `[G]` before each step, with MASK on undecided positions.
+    answer region `[G]` before each step, with MASK on undecided positions. The decoding block
+    of a state is its first block holding a MASK. States are replayed `batch_size` at a time,
+    grouped by that block, so a forward computes the LM head over one block only (`[B, L, V]`
+    logits, not `[B, G, V]`: what keeps the replay of a 126k-vocabulary model in memory).
     """
     c = model.config
     if c.mask_token_id is None:
@@ -87,6 +90,9 @@ def oracle_examples(model: Transformer, records: Sequence[dict], block_length: i
     if gen % block_length:
         raise ConfigError(f"the trajectories' gen_length {gen} is not a multiple of block_length {block_length}")
     rows = [(r["prompt_ids"], s, r["fixed_point"], i) for i, r in enumerate(records) for s in r["states"]]
+    states = np.asarray([s for _, s, _, _ in rows], np.int32)
+    masked_any = (states == c.mask_token_id).any(1)
+    block_of = np.where(masked_any, np.argmax(states == c.mask_token_id, axis=1) // block_length, -1)
     # prompts left-padded as the sampler pads them (block-causal models start on a block boundary);
     # padding has segment id 0 and positions count real tokens, so it changes nothing else
     unit = c.block_size if c.attention == "block_causal" else 1
@@ -94,37 +100,37 @@ def oracle_examples(model: Transformer, records: Sequence[dict], block_length: i
     pad = c.pad_token_id if c.pad_token_id is not None else 0
 
     @jax.jit
-    def features(ids, seg, states, final):
+    def features(ids, seg, states, final, block):
         canvas = jnp.concatenate([ids, states], 1)
         seg = jnp.concatenate([seg, jnp.ones_like(states)], 1)
         positions = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0)
-        logits = model(canvas, positions, MaskSpec.from_padding(seg, kind=c.attention, block_size=c.block_size))
-        logits = jax.lax.dynamic_slice_in_dim(logits, width - int(c.shift_logits), gen, axis=1)
+        start = block * block_length
+        logits = model(canvas, positions, MaskSpec.from_padding(seg, kind=c.attention, block_size=c.block_size),
+                       logits_slice=(width - int(c.shift_logits) + start, block_length))
         logits = logits.at[..., c.mask_token_id].set(-jnp.inf)  # as the sampler sees them
         probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-        masked = states == c.mask_token_id
-        block = jnp.argmax(masked, axis=1) // block_length  # the first block with a MASK is decoding
-        take = lambda x: jax.vmap(lambda row, b: jax.lax.dynamic_slice_in_dim(row, b * block_length, block_length))(
-            x, block)
-        right = jnp.argmax(probs, axis=-1) == final
-        return take(jnp.max(probs, axis=-1)), take(right), take(masked)
+        take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, block_length, axis=1)
+        right = jnp.argmax(probs, axis=-1) == take(final)
+        return jnp.max(probs, axis=-1), right, take(states) == c.mask_token_id
 
-    feats, labels, weights = [], [], []
-    for lo in range(0, len(rows), batch_size):
-        chunk = rows[lo:lo + batch_size]
-        chunk = chunk + [chunk[0]] * (batch_size - len(chunk))  # one shape: one compile
-        ids = np.full((batch_size, width), pad, np.int32)
-        seg = np.zeros((batch_size, width), np.int32)
-        for i, (prompt, *_rest) in enumerate(chunk):
-            ids[i, width - len(prompt):], seg[i, width - len(prompt):] = prompt, 1
-        states = np.asarray([s for _, s, _, _ in chunk], np.int32)
-        final = np.asarray([f for _, _, f, _ in chunk], np.int32)
-        f, y, w = (np.asarray(x) for x in features(ids, seg, states, final))
-        n = min(batch_size, len(rows) - lo)
-        feats.append(f[:n]), labels.append(y[:n]), weights.append(w[:n])
-    examples = OracleExamples(np.concatenate(feats).astype(np.float32), np.concatenate(labels).astype(np.float32),
-                              np.concatenate(weights).astype(np.float32), np.asarray([r[3] for r in rows]))
-    keep = examples.weights.any(1)  # a state with nothing masked in its block has nothing to learn
+    n = len(rows)
+    feats = np.zeros((n, block_length), np.float32)
+    labels, weights = np.zeros_like(feats), np.zeros_like(feats)
+    for block in np.unique(block_of[block_of >= 0]):
+        where = np.nonzero(block_of == block)[0]
+        for lo in range(0, len(where), batch_size):
+            take = where[lo:lo + batch_size]
+            chunk = np.concatenate([take, np.full(batch_size - len(take), take[0])])  # one shape: one compile
+            ids = np.full((batch_size, width), pad, np.int32)
+            seg = np.zeros((batch_size, width), np.int32)
+            for i, row in enumerate(chunk):
+                prompt = rows[row][0]
+                ids[i, width - len(prompt):], seg[i, width - len(prompt):] = prompt, 1
+            final = np.asarray([rows[row][2] for row in chunk], np.int32)
+            f, y, w = (np.asarray(x)[:len(take)] for x in features(ids, seg, states[chunk], final, block))
+            feats[take], labels[take], weights[take] = f, y, w
+    examples = OracleExamples(feats, labels, weights, np.asarray([r[3] for r in rows]))
+    keep = examples.weights.any(1)  # a state with nothing masked has nothing to learn
     return examples.take(np.nonzero(keep)[0])
 
 
@@ -191,16 +197,40 @@ def trajectory_settings(path: str | Path) -> dict:
     return json.loads(meta.read_text())["sampler"]
 
 
-def fit_filter(model: Transformer, records: Sequence[dict], block_length: int, *, hidden: int = 32,
-               steps: int = 2000, batch_size: int = 1024, lr: float = 3e-3, held_out: float = 0.1, seed: int = 0,
-               thresholds: Sequence[float] = (0.5, 0.9, 0.96), log=print) -> tuple[Learn2PDFilter, dict]:
-    """The whole fit: oracle examples of `records` (`oracle_examples`), a split by prompt
-    (`held_out` of them only measured), `train_filter`, and `acceptance` at each threshold on
-    both sides. Returns the filter and a JSON-able report (counts, seconds of each stage, the
-    loss log, the acceptance tables)."""
+def cached_oracle_examples(model: Transformer, records: Sequence[dict], block_length: int, cache: str | Path,
+                           log=print) -> tuple[OracleExamples, float]:
+    """`oracle_examples`, kept in the `.npz` file `cache` (name it after the trajectories and the
+    model's weights: a new filter setting then skips the replay). Returns the examples and the
+    seconds the replay took (0 when read from `cache`)."""
+    cache = Path(cache)
+    if cache.is_file():
+        with np.load(cache) as f:
+            examples = OracleExamples(f["features"], f["labels"], f["weights"], f["prompt"])
+        log(f"oracle traces read from {cache}")
+        return examples, 0.0
     start = time.perf_counter()
     examples = oracle_examples(model, records, block_length)
-    replay = time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(cache.with_suffix(".tmp.npz"), **dataclasses.asdict(examples))
+    cache.with_suffix(".tmp.npz").replace(cache)  # a killed run leaves no half-written cache
+    return examples, seconds
+
+
+def fit_filter(model: Transformer, records: Sequence[dict], block_length: int, *, hidden: int = 32,
+               steps: int = 2000, batch_size: int = 1024, lr: float = 3e-3, held_out: float = 0.1, seed: int = 0,
+               thresholds: Sequence[float] = (0.5, 0.9, 0.96), cache: str | Path | None = None,
+               log=print) -> tuple[Learn2PDFilter, dict]:
+    """The whole fit: oracle examples of `records` (`oracle_examples`; kept in `cache` when
+    given, see `cached_oracle_examples`), a split by prompt (`held_out` of them only measured),
+    `train_filter`, and `acceptance` at each threshold on both sides. Returns the filter and a
+    JSON-able report (counts, seconds of each stage, the loss log, the acceptance tables)."""
+    if cache is None:
+        start = time.perf_counter()
+        examples = oracle_examples(model, records, block_length)
+        replay = time.perf_counter() - start
+    else:
+        examples, replay = cached_oracle_examples(model, records, block_length, cache, log=log)
     train, test = examples.split(held_out, seed)
     if not len(train.features):
         raise DataError("no recorded state to train on: record more prompts or lower [learn2pd] held_out")
