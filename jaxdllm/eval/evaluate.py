@@ -191,7 +191,8 @@ def plot_pareto(report: dict, path: str | Path) -> Path | None:
             ys = [100 * report["results"][m][panel]["accuracy"] for m in members]
             ax.plot(xs, ys, "o-" if len(members) > 1 else "o", color=f"C{g}", label=members[0].split()[0])
             for m, x, y in zip(members, xs, ys):
-                tag = " ".join(p.split("=")[1] for p in m.split()[1:]) or m
+                # a sweep point is tagged with its values; a label of the caller's own, whole
+                tag = " ".join(p.split("=", 1)[1] for p in m.split()[1:] if "=" in p) or m
                 ax.annotate(tag, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_title(panel)
         ax.set_xlabel("answer tokens per forward")
