@@ -15,6 +15,7 @@ import jaxdllm
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.decoding.policies.learn2pd import FILTER_FILE, Learn2PDFilter, filter_facts, load_filter, save_filter
 from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.eval.evaluate import weights_version
 from jaxdllm.train.distill.learn2pd import OracleExamples, acceptance, bce, oracle_examples, train_filter
 from jaxdllm.train.distill.teacher import _states
 from sampler_fixtures import MASK_ID, prompts, tiny_llada
@@ -119,7 +120,10 @@ def test_filter_file_round_trip_beside_a_model(tiny, hidden, tmp_path):
     folder = tmp_path / "model"
     jaxdllm.save_pretrained(model, folder, copy_files_from=path)
     module = Learn2PDFilter(8, hidden, rngs=nnx.Rngs(3))
+    version = weights_version(folder)
     save_filter(module, folder, model="tiny", note="test")
+    (folder / "learn2pd_filter.json").write_text("{}")  # the training report beside it
+    assert weights_version(folder) == version  # a filter beside the model does not change the model
     assert filter_facts(folder) == {"block_length": 8, "hidden": hidden, "model": "tiny", "note": "test"}
     x = np.random.default_rng(0).random((5, 8)).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(load_filter(folder)(x)), np.asarray(module(x)))
@@ -159,6 +163,22 @@ def test_shipped_filter_found_by_the_preset():
     assert (results[True].nfe < results[False].nfe).all()  # EoTP: the all-EOS block is never decoded
 
 
+def test_eval_decodes_with_the_filter_and_keys_items_by_it(tmp_path):
+    from jaxdllm.eval import evaluate, resolve_tasks
+
+    model, tok, defaults = jaxdllm.load("tasks-llada-small")
+    config = defaults.replace(policy="learn2pd")
+    run = lambda params: evaluate(model, tok, resolve_tasks("reverse"), {"l2pd": config}, n=8, batch_size=8,
+                                  out=tmp_path, policy_params={"l2pd": params}, progress=False, log=lambda _: None)
+    row = run(jaxdllm.policy_params("tasks-llada-small", config))["results"]["l2pd"]["reverse"]
+    assert row["accuracy"] == 1.0 and row["mean_nfe"] < 4
+    rejecting = Learn2PDFilter(16, 0, rngs=nnx.Rngs(0))
+    rejecting.out.bias.set_value(rejecting.out.bias.get_value() - 100.0)  # accepts nothing: one token per step
+    row = run(rejecting)["results"]["l2pd"]["reverse"]
+    assert row["mean_nfe"] == 16  # decoded again with this filter, not read from the first run's items
+    assert len((tmp_path / "items.jsonl").read_text().splitlines()) == 16
+
+
 @pytest.mark.slow
 def test_distill_learn2pd_command_end_to_end(tmp_path):
     """The README's three commands at toy size: record trajectories, train the filter into a
@@ -191,3 +211,16 @@ out = "{tmp_path / 'filter'}"
     run = subprocess.run(cli + ["learn2pd", str(recipe), "--set", "learn2pd.trajectories=missing.jsonl"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "record them first with `jaxdllm distill trajectories" in run.stderr
+
+
+def test_trajectory_file_errors_name_the_line(tmp_path):
+    from jaxdllm.errors import DataError
+    from jaxdllm.train.distill.learn2pd import read_trajectories
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"prompt_ids": [1], "states": [[3]], "fixed_point": [2]}\n{"prompt": "x"}\n')
+    with pytest.raises(DataError, match=r"t.jsonl:2: not a trajectory record"):
+        read_trajectories(path)
+    path.write_text("")
+    with pytest.raises(DataError, match="no trajectory records"):
+        read_trajectories(path)

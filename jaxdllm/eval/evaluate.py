@@ -78,14 +78,21 @@ def params_fingerprint(module) -> str:
     digest = hashlib.blake2b(digest_size=8)
     for path, value in sorted(nnx.to_flat_state(nnx.state(module)), key=lambda kv: str(kv[0])):
         digest.update(str(path).encode())
-        digest.update(np.asarray(getattr(value, "value", value)).tobytes())
+        digest.update(np.asarray(value.get_value()).tobytes())
     return "\x00" + digest.hexdigest()
 
 
 def weights_version(model_dir: str | Path) -> str:
     """A short fingerprint of a checkpoint directory's weight files (names, sizes, modification
-    times): it changes when the weights are written again, e.g. by a new training run's export."""
-    files = sorted(p for p in Path(model_dir).iterdir() if p.suffix in (".safetensors", ".json") and p.is_file())
+    times): it changes when the weights are written again, e.g. by a new training run's export.
+    Side files (a policy's parameters such as Learn2PD's filter, and their `.json` reports) do not
+    count: a filter written beside the model does not change the model."""
+    from jaxdllm.checkpoint.hf_io import is_side_file
+
+    directory = Path(model_dir)
+    side = {p.stem for p in directory.glob("*.safetensors") if is_side_file(p)}
+    files = sorted(p for p in directory.iterdir()
+                   if p.is_file() and p.suffix in (".safetensors", ".json") and p.stem not in side)
     text = json.dumps([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 

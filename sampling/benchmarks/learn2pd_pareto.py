@@ -15,7 +15,8 @@ the numbers are `jaxdllm eval`'s, and a rerun resumes from the decoded items in 
    Learn2PD at several filter thresholds with and without EoTP.
 2. EoTP at length: `gen_length` 16, 32 and 48 in blocks of 16 on the tasks whose prompts leave
    room for 48 tokens in the model's 64 positions (copy, sort, add, perm): LLaDA, Fast-dLLM
-   0.9, Learn2PD 0.96 with and without EoTP.
+   0.9 (also with `stop_at_eos`, the training-free way to skip the end-of-text fill), Learn2PD
+   0.96 with and without EoTP.
 
 Writes `<out>.json` and `<out>.png`.
 """
@@ -30,6 +31,9 @@ from pathlib import Path
 
 SUITE = ("copy", "reverse", "sort", "add", "perm", "pick3")
 LONG_FIT = ("copy", "sort", "add", "perm")  # prompts of at most 16 tokens: 16 + 48 <= 64 positions
+FAMILIES = {"llada": ("black", "-o"), "threshold 0.9": ("tab:blue", "-s"),  # part 2: color, line style
+            "threshold 0.9 stop_at_eos": ("tab:blue", ":s"), "learn2pd 0.96": ("tab:red", "-*"),
+            "learn2pd 0.96 no EoTP": ("tab:red", "--*")}
 
 
 def suite_samplers(gen: int, block: int) -> dict:
@@ -60,6 +64,9 @@ def length_samplers(gens: list[int], block: int) -> dict:
         base = dict(gen_length=g, block_length=block)
         out[f"llada G={g}"] = SamplerConfig(**base, steps=g)
         out[f"threshold 0.9 G={g}"] = SamplerConfig(**base, policy="threshold", threshold=0.9)
+        # the training-free way to skip the end-of-text fill: a row stops once EOS and all before it are decided
+        out[f"threshold 0.9 stop_at_eos G={g}"] = SamplerConfig(**base, policy="threshold", threshold=0.9,
+                                                                stop_at_eos=True)
         out[f"learn2pd 0.96 G={g}"] = SamplerConfig(**base, steps=g, policy="learn2pd", filter_threshold=0.96)
         out[f"learn2pd 0.96 no EoTP G={g}"] = SamplerConfig(**base, steps=g, policy="learn2pd", filter_threshold=0.96,
                                                             eot_prediction=False)
@@ -100,8 +107,7 @@ def plot(data: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     ax = axes.flat[-1]
     length = data["length"]
-    for family, color, style in (("llada", "black", "-o"), ("threshold 0.9", "tab:blue", "-s"),
-                                 ("learn2pd 0.96", "tab:red", "-*"), ("learn2pd 0.96 no EoTP", "tab:red", "--*")):
+    for family, (color, style) in FAMILIES.items():
         xs = length["gen_lengths"]
         ys = [length["results"][f"{family} G={g}"]["mean"]["mean_nfe"] for g in xs]
         ax.plot(xs, ys, style, color=color, label=family, mfc="none" if "no EoTP" in family else color)
@@ -117,21 +123,50 @@ def plot(data: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def tables(data: dict) -> str:
+    """The card's Markdown tables: per-task accuracy and NFE of every part-1 setting with the suite
+    mean, then part 2's mean NFE and accuracy per `gen_length`."""
+    suite = data["suite"]["results"]
+    head = "| setting | " + " | ".join(SUITE) + " | suite mean accuracy | answer tokens / forward |"
+    lines = [head, "|" + "---|" * (len(SUITE) + 3)]
+    for label, rows in suite.items():
+        cells = [f"{100 * rows[t]['accuracy']:.1f} ({rows[t]['mean_nfe']:.2f})" for t in SUITE]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {100 * rows['mean']['accuracy']:.1f} | "
+                     f"{rows['mean']['answer_tokens_per_forward']:.2f} |")
+    length = data["length"]
+    gens = length["gen_lengths"]
+    lines += ["", "| sampler | " + " | ".join(f"G = {g}: NFE (accuracy)" for g in gens) + " |",
+              "|" + "---|" * (len(gens) + 1)]
+    for family in FAMILIES:
+        cells = []
+        for g in gens:
+            r = length["results"][f"{family} G={g}"]["mean"]
+            cells.append(f"{r['mean_nfe']:.2f} ({100 * r['accuracy']:.1f})")
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     exit_if_missing(("matplotlib",), "eval", "the Learn2PD Pareto plot")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="checkpoints/tasks-llada-small")
     p.add_argument("--n", type=int, default=200, help="held-out prompts per task")
-    p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
+    p.add_argument("--out", help="writes <out>.json and <out>.png")
     p.add_argument("--items", default="runs/learn2pd-items", help="decoded items (a rerun resumes from them)")
     p.add_argument("--gen-lengths", default="16,32,48", help="part 2's gen_length values (blocks of 16)")
+    p.add_argument("--tables-from", dest="tables_from", help="print the Markdown tables of an earlier <out>.json")
     args = p.parse_args(argv)
+    if args.tables_from:
+        print(tables(json.loads(Path(args.tables_from).read_text())))
+        return
 
     import jaxdllm
     from jaxdllm.eval import evaluate, resolve_tasks
     from jaxdllm.eval.evaluate import weights_version
     from jaxdllm.decoding.policies.learn2pd import filter_facts
 
+    if not args.out:
+        p.error("--out is required (or --tables-from)")
     model_dir = jaxdllm.checkpoint_dir(args.model)
     out = Path(args.out)
     model = jaxdllm.from_pretrained(model_dir, dtype="float32")
@@ -152,6 +187,7 @@ def main(argv=None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(data, indent=1))
     plot(data, Path(f"{out}.png"))
+    print(tables(data))
     print(f"wrote {out}.json and {out}.png")
 
 

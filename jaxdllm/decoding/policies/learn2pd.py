@@ -54,7 +54,8 @@ def save_filter(module: Learn2PDFilter, path, **facts) -> Path:
     `facts` (JSON-able: the model it belongs to, how it was trained) go in the file's metadata."""
     from safetensors.numpy import save_file
 
-    tensors = {"/".join(map(str, k)): np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(module, nnx.Param))}
+    tensors = {"/".join(map(str, k)): np.asarray(v.get_value())
+               for k, v in nnx.to_flat_state(nnx.state(module, nnx.Param))}
     meta = {"block_length": module.block_length, "hidden": module.hidden_size, **facts}
     target = _filter_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -63,8 +63,8 @@ def read_trajectories(path: str | Path) -> list[dict]:
     for number, line in iter_jsonl_lines(path):
         try:
             record = json.loads(line)
-            if not all(k in record for k in ("prompt_ids", "states", "fixed_point")):
-                raise ValueError("expected fields 'prompt_ids', 'states' and 'fixed_point'")
+            if not isinstance(record, dict) or not all(k in record for k in ("prompt_ids", "states", "fixed_point")):
+                raise DataError("expected fields 'prompt_ids', 'states' and 'fixed_point'")
         except ValueError as e:
             raise DataError(f"{path}:{number}: not a trajectory record of `jaxdllm distill trajectories` ({e})") from None
         out.append(record)
@@ -175,17 +175,28 @@ def train_filter(train: OracleExamples, *, hidden: int = 32, steps: int = 2000, 
     return nnx.merge(graphdef, params), log
 
 
-def acceptance(module: Learn2PDFilter, examples: OracleExamples, thresholds: Sequence[float]) -> list[dict]:
-    """Per threshold, over the masked positions of `examples`: the share the filter accepts and the
-    share of those whose argmax is already final (precision: a wrong accepted token is an error)."""
-    p = np.asarray(jax.nn.sigmoid(module(jnp.asarray(examples.features))))
+def _accepted_rows(scores: np.ndarray, examples: OracleExamples, thresholds: Sequence[float]) -> list[dict]:
+    """Per threshold t, over the masked positions: the share with `scores > t` and how many of
+    those are already final."""
     w = examples.weights > 0
     out = []
     for t in thresholds:
-        accepted = (p > t) & w
+        accepted = (scores > t) & w
         out.append({"threshold": float(t), "accepted": float(accepted.sum() / max(w.sum(), 1)),
                     "precision": float(examples.labels[accepted].mean()) if accepted.any() else 1.0})
     return out
+
+
+def acceptance(module: Learn2PDFilter, examples: OracleExamples, thresholds: Sequence[float]) -> list[dict]:
+    """Per threshold, over the masked positions of `examples`: the share the filter accepts and the
+    share of those whose argmax is already final (precision: a wrong accepted token is an error)."""
+    return _accepted_rows(np.asarray(jax.nn.sigmoid(module(jnp.asarray(examples.features)))), examples, thresholds)
+
+
+def confidence_acceptance(examples: OracleExamples, thresholds: Sequence[float]) -> list[dict]:
+    """`acceptance` of the filter-free rule "accept where the top-1 probability is above t": what
+    the trained filter is measured against."""
+    return _accepted_rows(examples.features, examples, thresholds)
 
 
 def trajectory_settings(path: str | Path) -> dict:
@@ -251,7 +262,9 @@ def fit_filter(model: Transformer, records: Sequence[dict], block_length: int, *
               "already_final": {"train": masked(train), "held_out": masked(test) if len(test.features) else None},
               "seconds": {"oracle_replay": replay, "training": seconds}, "log": history,
               "acceptance": {"train": acceptance(module, train, thresholds),
-                             "held_out": acceptance(module, test, thresholds) if len(test.features) else []}}
+                             "held_out": acceptance(module, test, thresholds) if len(test.features) else []},
+              "confidence_rule": {"held_out": confidence_acceptance(test, [*thresholds, 0.999])
+                                  if len(test.features) else []}}
     side = "held_out" if len(test.features) else "train"
     for row in report["acceptance"][side]:
         log(f"threshold {row['threshold']:.2f}: accepts {row['accepted']:.1%} of the masked positions "
