@@ -117,6 +117,7 @@ def test_consistency_is_zero_when_noisy_equals_clean(model):
     assert float(metrics["ar_loss"]) > 0
 
 
+@pytest.mark.slow  # 20 s; the default run checks the loss terms above
 def test_no_gradient_flows_into_the_teacher_side(model):
     """The gradient equals the gradient of the same loss in which the clean logits of the
     consistency term come from a second model whose parameters are constants."""
