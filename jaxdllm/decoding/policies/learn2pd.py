@@ -114,7 +114,8 @@ class Learn2PD(ConfidencePolicy):
         if facts["block_length"] != config.block_length:
             raise ConfigError(f"the Learn2PD filter in {directory} reads blocks of {facts['block_length']} "
                               f"positions, the sampler's block_length is {config.block_length}: pass "
-                              f"block_length={facts['block_length']} (and a gen_length that is a multiple of it)")
+                              f"block_length={facts['block_length']} (`--block-length {facts['block_length']}`) "
+                              "and a gen_length that is a multiple of it")
         return load_filter(directory)
 
     def commit(self, logits, candidates, ctx):
