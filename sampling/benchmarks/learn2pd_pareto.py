@@ -83,6 +83,7 @@ def _rows(report: dict) -> dict:
 
 def plot(data: dict, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -112,6 +113,9 @@ def plot(data: dict, path: Path) -> None:
         ys = [length["results"][f"{family} G={g}"]["mean"]["mean_nfe"] for g in xs]
         ax.plot(xs, ys, style, color=color, label=family, mfc="none" if "no EoTP" in family else color)
     ax.set_yscale("log")
+    ax.set_yticks([1, 2, 4, 8, 16, 32, 48])
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("gen_length (blocks of 16)")
     ax.set_ylabel("mean NFE (copy, sort, add, perm)")
     ax.set_title("end-of-text prediction at length")
@@ -154,10 +158,13 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="writes <out>.json and <out>.png")
     p.add_argument("--items", default="runs/learn2pd-items", help="decoded items (a rerun resumes from them)")
     p.add_argument("--gen-lengths", default="16,32,48", help="part 2's gen_length values (blocks of 16)")
-    p.add_argument("--tables-from", dest="tables_from", help="print the Markdown tables of an earlier <out>.json")
+    p.add_argument("--tables-from", dest="tables_from",
+                   help="print the Markdown tables of an earlier <out>.json and draw its <out>.png again")
     args = p.parse_args(argv)
-    if args.tables_from:
-        print(tables(json.loads(Path(args.tables_from).read_text())))
+    if args.tables_from:  # and the plot again beside it
+        data = json.loads(Path(args.tables_from).read_text())
+        print(tables(data))
+        plot(data, Path(args.tables_from).with_suffix(".png"))
         return
 
     import jaxdllm
