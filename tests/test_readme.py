@@ -73,6 +73,7 @@ def test_readme_python_blocks_run(tmp_path):
     assert "['1284', '13579'] [16 16]" in out and "['1284', '13579'] [1 1]" in out
     assert "['9853562951413'] [2]" in out and "\n[14]\n" in out
     assert "\n[6]\n" in out and "['4821399501'] [3]" in out  # Jacobi, then Lookahead with the prompt pool
+    assert "['13579'] [1]" in out  # Learn2PD with the shipped filter
 
 
 def test_the_architecture_map_names_every_module_and_package():
