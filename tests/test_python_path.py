@@ -181,10 +181,13 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
     the causal one), decodes the README's single-answer prompts to their right answers (one-answer
     tasks: every sampler of the cards gets them)."""
     for name, published in SAMPLER_PRESETS.items():
-        model, tok, defaults = llada if published.policy.method == "diffusion" else qwen
+        diffusion = published.policy.method == "diffusion"
+        model, tok, defaults = llada if diffusion else qwen
         batch = tok(list(PROMPTS.values()))
-        out = jaxdllm.generate(model, batch.ids, SamplerConfig.preset(name, gen_length=defaults.gen_length),
-                               attention_mask=batch.mask)
+        config = SamplerConfig.preset(name, gen_length=defaults.gen_length)
+        # a policy with parameters of its own (learn2pd) reads them from beside the checkpoint
+        params = jaxdllm.policy_params("tasks-llada-small" if diffusion else "tasks-qwen2-small", config)
+        out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask, policy_params=params)
         assert tok.answers(out) == ANSWERS, name
 
 

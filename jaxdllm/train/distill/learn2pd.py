@@ -66,7 +66,8 @@ def read_trajectories(path: str | Path) -> list[dict]:
             if not isinstance(record, dict) or not all(k in record for k in ("prompt_ids", "states", "fixed_point")):
                 raise DataError("expected fields 'prompt_ids', 'states' and 'fixed_point'")
         except ValueError as e:
-            raise DataError(f"{path}:{number}: not a trajectory record of `jaxdllm distill trajectories` ({e})") from None
+            raise DataError(f"{path}:{number}: not a trajectory record of `jaxdllm distill trajectories` "
+                            f"({e})") from None
         out.append(record)
     if not out:
         raise DataError(f"{path}: no trajectory records")
