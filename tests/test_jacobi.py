@@ -35,6 +35,16 @@ def hf_greedy(hf, ids, mask, gen, eos=None):
     return out[:, ids.shape[1]:].numpy()
 
 
+def assert_greedy_up_to_eos(got, want, eos):
+    """Each row of `got [B, G]` equals transformers' `want [B, G]` up to and including its first
+    EOS, and is EOS after it (where `generate` pads)."""
+    for row in range(len(want)):
+        hit = np.nonzero(want[row] == eos)[0]
+        end = int(hit[0]) + 1 if len(hit) else want.shape[1]
+        np.testing.assert_array_equal(got[row, :end], want[row, :end])
+        assert (got[row, end:] == eos).all()
+
+
 VARIANTS = {"sliding": {}, "blocks": {"blocks": 1}, "multi_block": {"blocks": 2, "spawn_ratio": 0.5},
             "recycle": {"recycle": 3, "recycle_capacity": 8},
             "multi_block_recycle": {"blocks": 2, "spawn_ratio": 0.85, "recycle": 4}}
@@ -96,12 +106,7 @@ def test_jacobi_stops_rows_at_their_eos(saved):
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
     out = jaxdllm.generate(model, ids, SamplerConfig(policy="jacobi", gen_length=gen, block_length=6,
                                                      prompt_bucket=8, stop_at_eos=True), attention_mask=mask)
-    got = out.tokens[:, ids.shape[1]:]
-    for row in range(len(ids)):
-        hit = np.nonzero(want[row] == eos)[0]
-        end = int(hit[0]) + 1 if len(hit) else gen
-        np.testing.assert_array_equal(got[row, :end], want[row, :end])
-        assert (got[row, end:] == eos).all()
+    assert_greedy_up_to_eos(out.tokens[:, ids.shape[1]:], want, eos)
     first = int(np.nonzero(want[0] == eos)[0][0])
     assert out.nfe[0] <= first + 1 < gen  # row 0 stopped at its EOS
 

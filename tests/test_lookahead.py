@@ -13,7 +13,7 @@ import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.decoding.policies import Lookahead
 from sampler_fixtures import prompts
-from test_jacobi import PAD, hf_greedy, saved  # noqa: F401  (saved: the Qwen2 / Llama checkpoint fixture)
+from test_jacobi import PAD, assert_greedy_up_to_eos, hf_greedy, saved  # noqa: F401  (saved: the checkpoint fixture)
 
 
 SETTINGS = {"published": {}, "small": {"level": 3, "window_size": 4, "guess_set_size": 2, "pool_capacity": 8},
@@ -69,12 +69,7 @@ def test_lookahead_stops_rows_at_their_eos(saved):
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
     out = jaxdllm.generate(model, ids, SamplerConfig.preset("lookahead", gen_length=gen, prompt_bucket=8),
                            attention_mask=mask)
-    got = out.tokens[:, ids.shape[1]:]
-    for row in range(len(ids)):
-        hit = np.nonzero(want[row] == eos)[0]
-        end = int(hit[0]) + 1 if len(hit) else gen
-        np.testing.assert_array_equal(got[row, :end], want[row, :end])
-        assert (got[row, end:] == eos).all()
+    assert_greedy_up_to_eos(out.tokens[:, ids.shape[1]:], want, eos)
 
 
 class DictPool:

@@ -89,9 +89,8 @@ def load_filter(path) -> Learn2PDFilter:
     if set(tensors) != {"/".join(map(str, k)) for k in flat}:
         raise CheckpointError(f"{_filter_path(path)}: tensors {sorted(tensors)} do not match a filter of "
                               f"block_length {facts['block_length']}, hidden {facts['hidden']}")
-    for key, var in flat.items():
+    for key, var in flat.items():  # the state's variables are the module's own
         var.set_value(jnp.asarray(tensors["/".join(map(str, key))]))
-    nnx.update(module, nnx.from_flat_state(flat))
     return module
 
 

@@ -209,13 +209,13 @@ def trajectory_settings(path: str | Path) -> dict:
     return json.loads(meta.read_text())["sampler"]
 
 
-def cached_oracle_examples(model: Transformer, records: Sequence[dict], block_length: int, cache: str | Path,
-                           log=print) -> tuple[OracleExamples, float]:
-    """`oracle_examples`, kept in the `.npz` file `cache` (name it after the trajectories and the
-    model's weights: a new filter setting then skips the replay). Returns the examples and the
-    seconds the replay took (0 when read from `cache`)."""
-    cache = Path(cache)
-    if cache.is_file():
+def cached_oracle_examples(model: Transformer, records: Sequence[dict], block_length: int,
+                           cache: str | Path | None, log=print) -> tuple[OracleExamples, float]:
+    """`oracle_examples`, kept in the `.npz` file `cache` when one is named (name it after the
+    trajectories and the model's weights: a new filter setting then skips the replay). Returns
+    the examples and the seconds the replay took (0 when read from `cache`)."""
+    cache = None if cache is None else Path(cache)
+    if cache is not None and cache.is_file():
         with np.load(cache) as f:
             examples = OracleExamples(f["features"], f["labels"], f["weights"], f["prompt"])
         log(f"oracle traces read from {cache}")
@@ -223,6 +223,8 @@ def cached_oracle_examples(model: Transformer, records: Sequence[dict], block_le
     start = time.perf_counter()
     examples = oracle_examples(model, records, block_length)
     seconds = time.perf_counter() - start
+    if cache is None:
+        return examples, seconds
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache.with_suffix(".tmp.npz"), **dataclasses.asdict(examples))
     cache.with_suffix(".tmp.npz").replace(cache)  # a killed run leaves no half-written cache
@@ -237,12 +239,7 @@ def fit_filter(model: Transformer, records: Sequence[dict], block_length: int, *
     given, see `cached_oracle_examples`), a split by prompt (`held_out` of them only measured),
     `train_filter`, and `acceptance` at each threshold on both sides. Returns the filter and a
     JSON-able report (counts, seconds of each stage, the loss log, the acceptance tables)."""
-    if cache is None:
-        start = time.perf_counter()
-        examples = oracle_examples(model, records, block_length)
-        replay = time.perf_counter() - start
-    else:
-        examples, replay = cached_oracle_examples(model, records, block_length, cache, log=log)
+    examples, replay = cached_oracle_examples(model, records, block_length, cache, log=log)
     train, test = examples.split(held_out, seed)
     if not len(train.features):
         raise DataError("no recorded state to train on: record more prompts or lower [learn2pd] held_out")
