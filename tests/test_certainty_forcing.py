@@ -125,11 +125,11 @@ def test_entropy_gradient_flows_only_where_the_argmax_is_right():
     np.testing.assert_array_equal(flows, masked & right_here)
 
 
-@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-dream"])
-def test_loss_equals_a_dense_computation(preset):
+@pytest.mark.parametrize("preset,views", [("tiny-llada", 2), ("tiny-dream", 2), ("tiny-llada", 1)])
+def test_loss_equals_a_dense_computation(preset, views):
     model = tiny(preset)
     config = model.config
-    settings = {"block_length": 8, "temperature": 0.5}
+    settings = {"block_length": 8, "temperature": 0.5, "num_views": views}
     objective = make_objective("certainty_forcing", settings, config)
     b = batch(rows=8)
     key = jax.random.PRNGKey(7)
@@ -148,6 +148,7 @@ def test_loss_equals_a_dense_computation(preset):
 
     views = [np.asarray(x) for x in objective.views(b, key, config)]
     masks, later = views[:2], views[2]
+    masks = masks[:settings["num_views"]]                           # one view: view A alone
     tokens, seg = b["tokens"], b["segment_ids"]
     spec = MaskSpec(kind=config.attention, q_segment_ids=seg, kv_segment_ids=seg)
     weight = 1.0 if config.shift_logits else 2.0
@@ -175,7 +176,7 @@ def test_loss_equals_a_dense_computation(preset):
 def test_settings_are_checked():
     config = tiny("tiny-llada").config
     for bad in ({"mask_prob": 1.0}, {"temperature": 0.0}, {"block_length": 0}, {"active": "all"},
-                {"entropy_weight": -1.0}, {"eps": 0.1}):
+                {"entropy_weight": -1.0}, {"eps": 0.1}, {"num_views": 3}):
         with pytest.raises(ConfigError):
             make_objective("certainty_forcing", bad, config)
     with pytest.raises(ConfigError, match="causal"):

@@ -223,15 +223,42 @@ def test_distill_train_generate_commands(tmp_path, capsys):
         [log]
         every = 1
         progress = false
+        agreement_every = 2
+        agreement_prompts = 8
+        agreement_fast = {{ preset = "dparallel", entropy_threshold = 0.5 }}
     """))
     assert main(["distill", "generate", str(recipe)]) == 0
     assert "kept 100.0%" in capsys.readouterr().out
     assert main(["train", str(recipe), "--workdir", str(tmp_path / "run"), "--export", str(tmp_path / "model")]) == 0
     metrics = _lines(tmp_path / "run" / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2] and all(m["entropy"] > 0 for m in metrics)
+    assert [m["step"] for m in metrics] == [0, 1, 2] and all(m["entropy"] > 0 for m in metrics[1:])
+    # Before any update the student is the teacher: greedy decoding with the teacher's sampler
+    # writes every one of its answers again, in 16 forwards each.
+    assert metrics[0]["teacher_agreement"] == 1.0 and metrics[0]["teacher_sampler_nfe"] == 16.0
+    assert 1 <= metrics[0]["fast_nfe"] < 16 and 0 <= metrics[0]["fast_agreement"] <= 1
+    assert "teacher_agreement" not in metrics[1] and 0 <= metrics[2]["teacher_agreement"] <= 1
     capsys.readouterr()
     assert main(["generate", "--model", str(tmp_path / "model"), "--preset", "dparallel",
                  "--prompt", "perm 4312="]) == 0
     out = capsys.readouterr()
     assert sorted(out.out.strip()) == sorted("4312"), out
     assert "[nfe" in out.err
+
+
+def test_agreement_settings_are_checked():
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.train.agreement import agreement_from_recipe
+    from jaxdllm.train.config import TrainConfig
+
+    base = {"model": {"init_from": str(SHIPPED)}, "distill": {"tasks": ["copy"]},
+            "data": {"source": "teacher"}, "objective": {"kind": "certainty_forcing"}}
+    for log, match in (({"every": 25, "agreement_every": 30}, "multiple of"),
+                       ({"agreement_every": -1}, ">= 0"),
+                       ({"agreement_every": 50, "agreement_fast": {"preset": "nope"}}, "nope"),
+                       ({"agreement_every": 50, "agreement_fast": {"entropy_treshold": 0.5}}, "entropy_treshold")):
+        with pytest.raises(ConfigError, match=match):
+            TrainConfig.from_dict({**base, "log": log})
+    plain = TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "log": {"agreement_every": 50}})
+    with pytest.raises(ConfigError, match="source = \"teacher\""):
+        agreement_from_recipe(plain, Tokenizer.from_pretrained(SHIPPED))
+    assert agreement_from_recipe(TrainConfig.from_dict(base), None) is None  # off by default

@@ -3,7 +3,7 @@ character tokenizer of the tiny models, and deterministic, resumable batching.
 
 Modules (one job each):
 - `records`: `Example` (prompt, response, task, answer) and `DataError`.
-- `tasks`, `word_problems`: the task suite (`Task`, registry) with a checker per task.
+- `tasks`, `word_problems`, `list_chains`: the task suite (`Task`, registry) with a checker per task.
 - `splits`: `make_split` / `make_mixture`, train and test disjoint by instance hash.
 - `jsonl`: `read_jsonl` / `write_jsonl` with line-numbered errors and a skip mode.
 - `gsm8k`: `load_gsm8k` from a local directory (`path`, or `$JAXDLLM_GSM8K_DIR`).
@@ -24,9 +24,10 @@ from jaxdllm.data.splits import instance_split, make_mixture, make_split
 from jaxdllm.data.tasks import (AdditionTask, CopyTask, PermutationTask, PickTask, ReverseTask, SortTask, Task,
                                 TwinTask, get_task, register_task, task_names)
 from jaxdllm.data.word_problems import WordProblemTask
+from jaxdllm.data.list_chains import ListChainTask
 
 __all__ = ["AdditionTask", "BATCH_KEYS", "BatchConfig", "BatchIterator", "CopyTask", "DataError",
-           "DatasetNotFoundError", "Example", "JsonlConfig", "JsonlDataset", "PermutationTask", "PickTask",
+           "DatasetNotFoundError", "Example", "JsonlConfig", "JsonlDataset", "ListChainTask", "PermutationTask", "PickTask",
            "ReverseTask", "SortTask", "SpecialIds", "Task", "TwinTask", "TokenizedExample", "WordProblemTask",
            "build_char_tokenizer", "decode_response", "default_gsm8k_dir", "extract_final_answer",
            "get_task", "instance_split", "load_gsm8k", "make_batch_iterator", "make_mixture", "make_split",

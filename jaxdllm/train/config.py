@@ -252,10 +252,31 @@ class LogSection:
     every: int = 50
     jsonl: str | None = None           # default: <checkpoint dir>/metrics.jsonl
     progress: bool = True
+    agreement_every: int = 0           # source = "teacher": log agreement with the teacher's answers every N steps
+    agreement_prompts: int = 64        # ... on this many of its training prompts (jaxdllm.train.agreement)
+    agreement_fast: dict = dataclasses.field(default_factory=dict)  # ... also under this sampler (preset + options)
 
     def __post_init__(self):
         check_fields(self, "[log] ")
         require_positive_int(self.every, "[log] every")
+        _check(isinstance(self.agreement_every, int) and self.agreement_every >= 0,
+               f"[log] agreement_every must be an integer >= 0 (0: off), got {self.agreement_every!r}")
+        require_positive_int(self.agreement_prompts, "[log] agreement_prompts")
+        _check(self.agreement_every % self.every == 0,
+               f"[log] agreement_every ({self.agreement_every}) must be a multiple of [log] every ({self.every}): "
+               "agreement is measured with a log record")
+        if self.agreement_fast:
+            from jaxdllm.decoding import SamplerConfig
+
+            options = dict(self.agreement_fast)
+            preset = options.pop("preset", "dparallel")
+            unknown = sorted(set(options) - set(SamplerConfig.option_names()))
+            _check(not unknown, f"[log] agreement_fast has unknown key(s) {unknown}; options: preset, "
+                                f"{list(SamplerConfig.option_names())}")
+            SamplerConfig.preset(preset, **options)  # an unknown preset or a bad value fails at load time
+
+    def __hash__(self):
+        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,6 +30,7 @@ from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.train import setup
+from jaxdllm.train.agreement import agreement_from_recipe
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.objectives import make_objective
 from jaxdllm.sharding import batch_sharding
@@ -95,6 +96,7 @@ class Trainer:
                                         grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip")
 
         self.manager = setup.checkpoint_manager(self.workdir, config.checkpoint)
+        self.agreement = agreement_from_recipe(config, self.tokenizer)
         self.history: list[dict] = []
         self._pending: list[dict] = []  # metrics of the steps since the last log record (checkpointed)
 
@@ -159,6 +161,8 @@ class Trainer:
             from tqdm.auto import tqdm
             progress = tqdm(total=end, initial=self.step, desc="train", dynamic_ncols=True, mininterval=5)
         t0, tokens_seen = time.perf_counter(), 0
+        if self.agreement is not None and self.step == 0 and end > 0:
+            self._log({"step": 0, **self.measure_agreement()})  # the teacher itself, before any update
         with deferred_signals() as caught:  # stop between steps, after a save
             while self.step < end:
                 batch = next(self.batches)
@@ -171,6 +175,11 @@ class Trainer:
                     record = {"step": self.step, **{k: float(np.mean([m[k] for m in window])) for k in window[0]},
                               "lr": float(self.schedule(self.step - 1)), "tokens_per_s": tokens_seen / elapsed,
                               "elapsed_s": elapsed}
+                    if self.agreement is not None and (self.step % self.config.log.agreement_every == 0
+                                                       or self.step == end):
+                        begin = time.perf_counter()
+                        record.update(self.measure_agreement())
+                        t0 += time.perf_counter() - begin  # tokens_per_s counts training time only
                     self._log(record)
                     if progress is not None:
                         progress.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
@@ -190,6 +199,11 @@ class Trainer:
         if self.manager is not None:
             self.manager.wait_until_finished()
         return self.history
+
+    def measure_agreement(self) -> dict:
+        """`[log] agreement_every`'s metrics for the current weights (`jaxdllm.train.agreement`)."""
+        with jax.set_mesh(self.mesh):
+            return self.agreement(self.model_from(self.params()))
 
     def close(self) -> None:
         """Finish pending checkpoint writes and release the output folder for another run."""

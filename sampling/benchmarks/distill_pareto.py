@@ -11,6 +11,17 @@ card's prompts) in one `gen_length`-token block with: LLaDA low-confidence, one 
 `--thresholds` value. Per task and over the suite it records accuracy (each task's checker, so
 validity for the many-answer tasks), mean NFE and answer tokens (up to and including EOS) per
 forward. Writes `<out>.json` (after every setting) and `<out>.png`.
+
+More models (ablations) join with `--model LABEL=DIR` (repeatable); `--block-length` decodes in
+blocks (dParallel's semi-autoregressive setting) and `--fast-thresholds` sweeps Fast-dLLM's
+threshold. The JSON's `matched` section gives, per model, the fewest mean forwards among its
+settings whose accuracy is within `--tolerance` points of the base's one-token-per-step accuracy,
+and the ratios against one token per step and against the base's best parallel setting:
+
+    python -m sampling.benchmarks.distill_pareto --base checkpoints/chain-llada-tiny \
+        --distilled checkpoints/chain-llada-tiny-dparallel --tasks chain --gen-length 64 --block-length 32 \
+        --fast-thresholds 0.5,0.7,0.9,0.95 --thresholds 0.05,0.1,0.2,0.35,0.5,0.75,1.0 \
+        --model "w=0 (SFT)=runs/chain-sft/model" --out checkpoints/chain-llada-tiny-dparallel/pareto
 """
 
 from __future__ import annotations
@@ -24,14 +35,50 @@ from pathlib import Path
 TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
 
 
-def samplers(gen: int, thresholds: list[float]) -> dict:
+def samplers(gen: int, thresholds: list[float], block: int | None = None,
+             fast_thresholds: tuple[float, ...] = (0.9,)) -> dict:
+    """`{setting name: SamplerConfig}`: one token per step, Fast-dLLM's threshold at each of
+    `fast_thresholds`, dParallel's entropy threshold at each of `thresholds`; `gen` tokens in
+    blocks of `block` (default: one block)."""
     from jaxdllm.decoding import SamplerConfig
 
-    out = {"llada (1 token/step)": SamplerConfig(gen_length=gen, block_length=gen, steps=gen),
-           "threshold 0.9": SamplerConfig(gen_length=gen, block_length=gen, policy="threshold", threshold=0.9)}
+    block = block or gen
+    out = {"llada (1 token/step)": SamplerConfig(gen_length=gen, block_length=block, steps=gen)}
+    for tau in fast_thresholds:
+        out[f"threshold {tau:g}"] = SamplerConfig(gen_length=gen, block_length=block, policy="threshold",
+                                                  threshold=tau)
     for tau in thresholds:
-        out[f"entropy {tau:g}"] = SamplerConfig(gen_length=gen, block_length=gen, policy="entropy",
+        out[f"entropy {tau:g}"] = SamplerConfig(gen_length=gen, block_length=block, policy="entropy",
                                                 entropy_threshold=tau)
+    return out
+
+
+def matched(data: dict, tolerance: float) -> dict:
+    """Per model: its fewest mean forwards (suite) among settings within `tolerance` points of the
+    base's one-token-per-step accuracy, with the ratios against one token per step and against
+    the base's best parallel (threshold or entropy) setting."""
+    one_step = "llada (1 token/step)"
+    base_rows = data["models"]["base"]
+    target = base_rows[one_step]["suite"]["accuracy"] - tolerance / 100
+
+    def best(rows, parallel_only):
+        ok = [(r["suite"]["mean_nfe"], name) for name, r in rows.items()
+              if r["suite"]["accuracy"] >= target and not (parallel_only and name == one_step)]
+        return min(ok) if ok else None
+
+    base_best = best(base_rows, True)
+    out = {"accuracy_floor": target, "base_best_parallel": base_best and {"setting": base_best[1],
+                                                                          "mean_nfe": base_best[0]}}
+    for label, rows in data["models"].items():
+        found = best(rows, label == "base")
+        if found is None:
+            out[label] = None
+            continue
+        nfe, name = found
+        out[label] = {"setting": name, "mean_nfe": nfe, "accuracy": rows[name]["suite"]["accuracy"],
+                      "one_token_per_step_accuracy": rows[one_step]["suite"]["accuracy"],
+                      "fewer_forwards_than_one_token_per_step": rows[one_step]["suite"]["mean_nfe"] / nfe,
+                      "fewer_forwards_than_base_best_parallel": base_best[0] / nfe if base_best else None}
     return out
 
 
@@ -48,13 +95,18 @@ def plot(data: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    panels = ["suite", *data["tasks"]]
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
+    panels = ["suite", *data["tasks"]] if len(data["tasks"]) > 1 else ["suite"]
+    fig, axes = (plt.subplots(2, 4, figsize=(16, 7.5)) if len(panels) > 1 else plt.subplots(1, 1, figsize=(8, 5.5)))
+    axes = np.atleast_1d(axes)
     styles = {"base": ("tab:blue", "o"), "distilled": ("tab:red", "s")}
+    others = iter([("tab:green", "^"), ("tab:purple", "v"), ("tab:orange", "D"), ("tab:brown", "P"),
+                   ("tab:gray", "X")])
+    styles.update({m: next(others, ("tab:gray", "x")) for m in data["models"] if m not in styles})
     for ax, panel in zip(axes.flat, panels):
         for model, rows in data["models"].items():
-            color, marker = styles.get(model, ("tab:gray", "^"))
+            color, marker = styles[model]
             pts = [(r["suite"] if panel == "suite" else r["tasks"][panel], name) for name, r in rows.items()]
             xs = [p["answer_tokens_per_forward"] for p, _ in pts]
             ys = [100 * p["accuracy"] for p, _ in pts]
@@ -63,15 +115,17 @@ def plot(data: dict, path: Path) -> None:
                 if name.startswith("llada") or name in ("entropy 0.5", "threshold 0.9"):
                     ax.annotate(name.replace(" (1 token/step)", ""), (x, y), fontsize=7, alpha=0.7,
                                 xytext=(3, 3), textcoords="offset points")
-        ax.set_title(panel if panel != "suite" else "suite (mean accuracy)")
+        ax.set_title(panel if panel != "suite" else
+                     ("suite (mean accuracy)" if len(data["tasks"]) > 1 else data["tasks"][0]))
         ax.set_xlabel("answer tokens per forward")
         ax.set_ylabel("accuracy / validity (%)")
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"Base vs certainty-forcing distilled: {data['n']} held-out prompts per task, "
-                 f"gen {data['gen_length']} in one block")
+    block = data.get("block_length") or data["gen_length"]
+    fig.suptitle(f"Base vs certainty-forcing distilled: {data['n']} held-out prompts per task, gen "
+                 f"{data['gen_length']} in " + ("one block" if block == data["gen_length"] else f"blocks of {block}"))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -84,21 +138,32 @@ def main(argv=None) -> None:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--gen-length", type=int, default=16)
-    parser.add_argument("--thresholds", default="0.05,0.1,0.2,0.35,0.5,0.75,1.0,1.5")
+    parser.add_argument("--block-length", type=int, default=None, help="decode in blocks (default: one block)")
+    parser.add_argument("--thresholds", default="0.05,0.1,0.2,0.35,0.5,0.75,1.0,1.5",
+                        help="dParallel entropy thresholds")
+    parser.add_argument("--fast-thresholds", default="0.9", help="Fast-dLLM confidence thresholds")
+    parser.add_argument("--model", action="append", default=[], metavar="LABEL=DIR",
+                        help="another model to measure (an ablation); repeatable")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="accuracy points below the base's one token per step that count as matched")
     parser.add_argument("--out", required=True, help="output path without extension (.json, .png)")
     args = parser.parse_args(argv)
+    extra = dict(m.split("=", 1) if "=" in m else parser.error(f"--model needs LABEL=DIR, got {m!r}")
+                 for m in args.model)
 
     from jaxdllm.checkpoint import from_pretrained
     from jaxdllm.tokenizer import Tokenizer
     from jaxdllm.train.task_accuracy import evaluate_tasks
 
     tasks = [t for t in args.tasks.split(",") if t]
-    configs = samplers(args.gen_length, [float(t) for t in args.thresholds.split(",") if t])
+    configs = samplers(args.gen_length, [float(t) for t in args.thresholds.split(",") if t], args.block_length,
+                       tuple(float(t) for t in args.fast_thresholds.split(",") if t))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"n": args.n, "gen_length": args.gen_length, "tasks": tasks, "models": {},
-            "checkpoints": {"base": args.base, "distilled": args.distilled}}
-    for label, directory in (("base", args.base), ("distilled", args.distilled)):
+    checkpoints = {"base": args.base, "distilled": args.distilled, **extra}
+    data = {"n": args.n, "gen_length": args.gen_length, "block_length": args.block_length or args.gen_length,
+            "tasks": tasks, "models": {}, "checkpoints": checkpoints}
+    for label, directory in checkpoints.items():
         model, tokenizer = from_pretrained(directory, dtype="float32"), Tokenizer.from_pretrained(directory)
         data["models"][label] = {}
         for name, config in configs.items():
@@ -114,6 +179,14 @@ def main(argv=None) -> None:
                   "  ".join(f"{t} {r['accuracy']:.2f}/{r['mean_nfe']:.1f}" for t, r in row["tasks"].items()),
                   flush=True)
             out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    data["matched"] = matched(data, args.tolerance)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    for label, row in data["matched"].items():
+        if label not in ("accuracy_floor", "base_best_parallel"):
+            print(f"matched accuracy {label:12s} " + ("no setting within the tolerance" if row is None else
+                  f"{row['setting']}: NFE {row['mean_nfe']:.2f}, {row['fewer_forwards_than_one_token_per_step']:.1f}x "
+                  f"fewer than one token per step" + (f", {row['fewer_forwards_than_base_best_parallel']:.2f}x fewer "
+                  "than the base's best parallel setting" if row["fewer_forwards_than_base_best_parallel"] else "")))
     plot(data, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
 

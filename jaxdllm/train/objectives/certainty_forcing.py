@@ -16,6 +16,8 @@ Per row, over the response region (the row's target tokens: answer, its EOS and 
   temperature)` over the view's masked tokens whose argmax already equals the label (0 if none),
   so the certainty term sharpens only right predictions. `w = entropy_weight`, default 2 (LLaDA)
   or 1 (token-shifted models, Dream).
+* **One view** (`num_views = 1`, an ablation): only view A is run and scored, `CE_A + w Ent_A`; the
+  active positions outside `m` get no loss in that step.
 
 Masks are drawn per row. The published trainer draws one mask for the whole batch (it is only
 right at batch 1); the published block index may also pick an empty last block, which is skipped
@@ -65,13 +67,14 @@ def active_regions(response: jax.Array, key: jax.Array, block_length: int | None
 class CertaintyForcing(Objective):
     """Settings (recipe `[objective]` keys): `block_length` (32), `active` ("auto" | "block" |
     "response"), `mask_prob` (0.5), `temperature` (0.5, of the entropy term), `entropy_weight`
-    (None: 2, or 1 for token-shifted models)."""
+    (None: 2, or 1 for token-shifted models), `num_views` (2: the published complementary pair; 1: view A only)."""
 
     block_length: int = 32
     active: Literal["auto", "block", "response"] = "auto"
     mask_prob: float = 0.5
     temperature: float = 0.5
     entropy_weight: float | None = None
+    num_views: int = 2
 
     name = "certainty_forcing"
     needs_mask_token = True
@@ -86,6 +89,9 @@ class CertaintyForcing(Objective):
             raise ConfigError(f"[objective] temperature must be positive, got {self.temperature}")
         if self.entropy_weight is not None and self.entropy_weight < 0:
             raise ConfigError(f"[objective] entropy_weight must be >= 0, got {self.entropy_weight}")
+        if self.num_views not in (1, 2):
+            raise ConfigError(f"[objective] num_views must be 1 (view A only) or 2 (the complementary pair), "
+                              f"got {self.num_views!r}")
 
     def check(self, config):
         if config.attention == "causal":
@@ -113,13 +119,13 @@ class CertaintyForcing(Objective):
         _, weight = self.resolved(config)
         tokens = batch["tokens"]
         masked_a, masked_b, later = self.views(batch, key, config)
-        masked = jnp.concatenate([masked_a, masked_b])                    # [2B, L]: view A rows, then view B
-        noisy = jnp.where(masked | jnp.concatenate([later, later]), config.mask_token_id,
-                          jnp.concatenate([tokens, tokens]))
-        both = {k: jnp.concatenate([batch[k], batch[k]]) for k in ("segment_ids", "positions")}
+        n = self.num_views                                                  # rows: view A, then view B
+        masked = jnp.concatenate([masked_a, masked_b][:n])
+        noisy = jnp.where(masked | jnp.concatenate([later] * n), config.mask_token_id, jnp.concatenate([tokens] * n))
+        both = {k: jnp.concatenate([batch[k]] * n) for k in ("segment_ids", "positions")}
         logits = aligned_logits(views.student(noisy, both["positions"], padding_mask(both, config.attention,
                                                                                     config.block_size)), config)
-        targets = jnp.concatenate([tokens, tokens])
+        targets = jnp.concatenate([tokens] * n)
         ce = token_ce(logits, targets)
         ent = entropy_of(logits, self.temperature)
         right = masked & (jnp.argmax(logits, -1) == targets)             # argmax carries no gradient
@@ -129,8 +135,8 @@ class CertaintyForcing(Objective):
             w = where[lo:lo + rows]
             return jnp.where(w, values[lo:lo + rows], 0.0).sum() / jnp.maximum(w.sum(), 1)
 
-        ce_a, ce_b = view_mean(ce, masked, 0), view_mean(ce, masked, rows)
-        ent_a, ent_b = view_mean(ent, right, 0), view_mean(ent, right, rows)
-        loss = ce_a + ce_b + weight * (ent_a + ent_b)
-        return loss, {"loss": loss, "ce": ce_a + ce_b, "entropy": ent_a + ent_b,
+        ce_total = sum(view_mean(ce, masked, v * rows) for v in range(n))
+        ent_total = sum(view_mean(ent, right, v * rows) for v in range(n))
+        loss = ce_total + weight * ent_total
+        return loss, {"loss": loss, "ce": ce_total, "entropy": ent_total,
                       "masked_accuracy": accuracy(logits, targets, masked), "masked_tokens": masked.sum()}
