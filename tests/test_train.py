@@ -189,6 +189,17 @@ def test_a_fine_tuned_export_keeps_the_sampler_lengths_but_not_the_parents_cache
     tuned = Trainer(config, mesh=one_device())
     copied = json.loads((tuned.export(tmp_path / "tuned") / "jaxdllm_sampler.json").read_text())
     assert copied == {"gen_length": 16, "block_length": 16, "steps": 16}
+    # A recipe's [checkpoint] sampler sets the export's decoding defaults, over the parent's.
+    blocks = {**config.to_dict(), "checkpoint": {"sampler": {"block_length": 8}}}
+    retuned = Trainer(TrainConfig.from_dict(blocks), mesh=one_device())
+    written = json.loads((retuned.export(tmp_path / "blocks") / "jaxdllm_sampler.json").read_text())
+    assert written == {"gen_length": 16, "block_length": 8, "steps": 16}
+    fresh = Trainer(recipe(train={"steps": 1}, checkpoint={"sampler": {"gen_length": 24, "block_length": 8}}),
+                    mesh=one_device())
+    assert json.loads((fresh.export(tmp_path / "fresh") / "jaxdllm_sampler.json").read_text()) == {
+        "gen_length": 24, "block_length": 8}
+    with pytest.raises(ConfigError, match="gen_lenght"):
+        recipe(checkpoint={"sampler": {"gen_lenght": 24}})
 
 
 def test_scanned_layers_with_remat_train_like_the_unrolled_model():

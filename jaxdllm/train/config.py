@@ -240,11 +240,23 @@ class CheckpointSection:
     dir: str | None = None
     every: int = 500
     keep: int = 2
+    sampler: dict = dataclasses.field(default_factory=dict)  # --export's jaxdllm_sampler.json (SamplerConfig keys)
 
     def __post_init__(self):
         check_fields(self, "[checkpoint] ")
         require_positive_int(self.every, "[checkpoint] every")
         require_positive_int(self.keep, "[checkpoint] keep")
+        if self.sampler:
+            from jaxdllm.decoding import SamplerConfig
+
+            unknown = sorted(set(self.sampler) - set(SamplerConfig.option_names()))
+            _check(not unknown, f"[checkpoint] sampler has unknown key(s) {unknown}; "
+                                f"options: {list(SamplerConfig.option_names())}")
+            base = SamplerConfig.preset("llada")  # what `sampler_defaults` builds from (a bad value fails here)
+            base.resized(**self.sampler) if "gen_length" in self.sampler else base.replace(**self.sampler)
+
+    def __hash__(self):
+        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -293,13 +293,14 @@ class Trainer:
         out = save_pretrained(model, path, dtype=dtype, copy_files_from=copy_from)
         if copy_from is None and jax.process_index() == 0:
             save_char_tokenizer(out, model_max_length=self.model_config.max_position)
-            defaults = sampler_defaults(self.model_config, self.config.data.seq_len)
+            defaults = self.config.checkpoint.sampler or sampler_defaults(self.model_config, self.config.data.seq_len)
             if defaults:
                 (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))
         copied = Path(out) / SAMPLER_DEFAULTS_FILE
-        if copy_from is not None and jax.process_index() == 0 and copied.is_file():
-            settings = json.loads(copied.read_text())
-            if settings.pop(CACHE_NOTES_KEY, None) is not None:  # measured on the parent's weights, not these
-                copied.write_text(json.dumps(settings, indent=1) + "\n")
+        if copy_from is not None and jax.process_index() == 0 and (copied.is_file() or self.config.checkpoint.sampler):
+            settings = json.loads(copied.read_text()) if copied.is_file() else {}
+            noted = settings.pop(CACHE_NOTES_KEY, None) is not None  # measured on the parent's weights, not these
+            if noted or self.config.checkpoint.sampler:
+                copied.write_text(json.dumps({**settings, **self.config.checkpoint.sampler}, indent=1) + "\n")
         return Path(out)
 

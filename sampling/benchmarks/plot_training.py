@@ -27,11 +27,12 @@ def main(argv=None) -> None:
     import matplotlib.pyplot as plt
 
     records = [json.loads(line) for line in Path(args.metrics).read_text().splitlines() if line.strip()]
-    panels = [p for p in PANELS if all(p in r for r in records)]
+    train = [r for r in records if "loss" in r]  # not the step-0 teacher-agreement record
+    panels = [p for p in PANELS if all(p in r for r in train)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    steps = [r["step"] for r in records]
+    steps = [r["step"] for r in train]
     for ax, name in zip(axes[0], panels):
-        ax.plot(steps, [r[name] for r in records], lw=1.2)
+        ax.plot(steps, [r[name] for r in train], lw=1.2)
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
