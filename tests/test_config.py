@@ -69,3 +69,15 @@ def test_dict_and_hf_config_round_trips(name):
 def test_from_dict_rejects_unknown_fields():
     with pytest.raises(ConfigError, match=r"unknown ModelConfig fields \['n_layers'\]"):
         ModelConfig.from_dict({**PRESETS["tiny-llama"].to_dict(), "n_layers": 2})
+
+
+def test_every_shipped_recipe_loads():
+    """Each recipe in `training/` parses and validates (an unknown key or a bad value would fail here)."""
+    from pathlib import Path
+
+    from jaxdllm.train import TrainConfig
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "training").glob("*.toml"))
+    assert len(recipes) >= 10
+    for path in recipes:
+        TrainConfig.from_toml(path)

@@ -91,6 +91,23 @@ def suite_row(results: list[dict]) -> dict:
             "answer_tokens_per_forward": tokens / nfe}
 
 
+def markdown_table(data: dict) -> str:
+    """Every (model, setting) as a Markdown table row: per task accuracy / mean NFE / answer tokens
+    per forward, then the suite's mean accuracy and NFE and the forwards saved against one token per step."""
+    tasks = data["tasks"]
+    lines = ["| model | sampler | " + " | ".join(tasks) + (" | suite |" if len(tasks) > 1 else " | fewer forwards |"),
+             "|---|---|" + "---|" * (len(tasks) + 1)]
+    for label, rows in data["models"].items():
+        one_step = rows["llada (1 token/step)"]["suite"]["mean_nfe"]
+        for name, row in rows.items():
+            cells = [f"{100 * r['accuracy']:.1f} % / {r['mean_nfe']:.2f} / {r['answer_tokens_per_forward']:.2f}"
+                     for r in (row["tasks"][t] for t in tasks)]
+            suite = row["suite"]
+            last = (f"{100 * suite['accuracy']:.1f} % / {suite['mean_nfe']:.2f} / " if len(tasks) > 1 else "")
+            lines.append(f"| {label} | {name} | " + " | ".join(cells) + f" | {last}{one_step / suite['mean_nfe']:.1f}x |")
+    return "\n".join(lines)
+
+
 def plot(data: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -148,7 +165,7 @@ def main(argv=None) -> None:
                         help="accuracy points below the base's one token per step that count as matched")
     parser.add_argument("--out", required=True, help="output path without extension (.json, .png)")
     args = parser.parse_args(argv)
-    extra = dict(m.split("=", 1) if "=" in m else parser.error(f"--model needs LABEL=DIR, got {m!r}")
+    extra = dict(m.rsplit("=", 1) if "=" in m else parser.error(f"--model needs LABEL=DIR, got {m!r}")
                  for m in args.model)
 
     from jaxdllm.checkpoint import from_pretrained
@@ -187,6 +204,7 @@ def main(argv=None) -> None:
                   f"{row['setting']}: NFE {row['mean_nfe']:.2f}, {row['fewer_forwards_than_one_token_per_step']:.1f}x "
                   f"fewer than one token per step" + (f", {row['fewer_forwards_than_base_best_parallel']:.2f}x fewer "
                   "than the base's best parallel setting" if row["fewer_forwards_than_base_best_parallel"] else "")))
+    print(markdown_table(data))
     plot(data, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
 
