@@ -19,7 +19,7 @@ settings whose accuracy is within `--tolerance` points of the base's one-token-p
 and the ratios against one token per step and against the base's best parallel setting:
 
     python -m sampling.benchmarks.distill_pareto --base checkpoints/chain-llada-tiny \
-        --distilled checkpoints/chain-llada-tiny-dparallel --tasks chain --gen-length 64 --block-length 32 \
+        --distilled checkpoints/chain-llada-tiny-dparallel --tasks chain --gen-length 64 --block-length 32,64 \
         --fast-thresholds 0.5,0.7,0.9,0.95 --thresholds 0.05,0.1,0.2,0.35,0.5,0.75,1.0 \
         --model "w=0 (SFT)=runs/chain-sft/model" --out checkpoints/chain-llada-tiny-dparallel/pareto
 """
@@ -35,50 +35,26 @@ from pathlib import Path
 TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
 
 
-def samplers(gen: int, thresholds: list[float], block: int | None = None,
+ONE_STEP = "llada (1 token/step)"
+
+
+def samplers(gen: int, thresholds: list[float], blocks: tuple[int, ...] = (),
              fast_thresholds: tuple[float, ...] = (0.9,)) -> dict:
     """`{setting name: SamplerConfig}`: one token per step, Fast-dLLM's threshold at each of
     `fast_thresholds`, dParallel's entropy threshold at each of `thresholds`; `gen` tokens in
-    blocks of `block` (default: one block)."""
+    blocks of each of `blocks` (default: one block; with several, each name says its blocks)."""
     from jaxdllm.decoding import SamplerConfig
 
-    block = block or gen
-    out = {"llada (1 token/step)": SamplerConfig(gen_length=gen, block_length=block, steps=gen)}
-    for tau in fast_thresholds:
-        out[f"threshold {tau:g}"] = SamplerConfig(gen_length=gen, block_length=block, policy="threshold",
-                                                  threshold=tau)
-    for tau in thresholds:
-        out[f"entropy {tau:g}"] = SamplerConfig(gen_length=gen, block_length=block, policy="entropy",
-                                                entropy_threshold=tau)
-    return out
-
-
-def matched(data: dict, tolerance: float) -> dict:
-    """Per model: its fewest mean forwards (suite) among settings within `tolerance` points of the
-    base's one-token-per-step accuracy, with the ratios against one token per step and against
-    the base's best parallel (threshold or entropy) setting."""
-    one_step = "llada (1 token/step)"
-    base_rows = data["models"]["base"]
-    target = base_rows[one_step]["suite"]["accuracy"] - tolerance / 100
-
-    def best(rows, parallel_only):
-        ok = [(r["suite"]["mean_nfe"], name) for name, r in rows.items()
-              if r["suite"]["accuracy"] >= target and not (parallel_only and name == one_step)]
-        return min(ok) if ok else None
-
-    base_best = best(base_rows, True)
-    out = {"accuracy_floor": target, "base_best_parallel": base_best and {"setting": base_best[1],
-                                                                          "mean_nfe": base_best[0]}}
-    for label, rows in data["models"].items():
-        found = best(rows, label == "base")
-        if found is None:
-            out[label] = None
-            continue
-        nfe, name = found
-        out[label] = {"setting": name, "mean_nfe": nfe, "accuracy": rows[name]["suite"]["accuracy"],
-                      "one_token_per_step_accuracy": rows[one_step]["suite"]["accuracy"],
-                      "fewer_forwards_than_one_token_per_step": rows[one_step]["suite"]["mean_nfe"] / nfe,
-                      "fewer_forwards_than_base_best_parallel": base_best[0] / nfe if base_best else None}
+    out = {}
+    for block in blocks or (gen,):
+        tag = "" if len(blocks) <= 1 else (", one block" if block == gen else f", blocks of {block}")
+        out[ONE_STEP + tag] = SamplerConfig(gen_length=gen, block_length=block, steps=gen)
+        for tau in fast_thresholds:
+            out[f"threshold {tau:g}{tag}"] = SamplerConfig(gen_length=gen, block_length=block, policy="threshold",
+                                                          threshold=tau)
+        for tau in thresholds:
+            out[f"entropy {tau:g}{tag}"] = SamplerConfig(gen_length=gen, block_length=block, policy="entropy",
+                                                        entropy_threshold=tau)
     return out
 
 
@@ -91,6 +67,35 @@ def suite_row(results: list[dict]) -> dict:
             "answer_tokens_per_forward": tokens / nfe}
 
 
+def matched(data: dict, tolerance: float) -> dict:
+    """Per model: its fewest mean forwards (suite) among settings within `tolerance` points of the
+    base's one-token-per-step accuracy (its best block setting), with the ratios against one token
+    per step (`gen_length` forwards) and against the base's best parallel (threshold or entropy) setting."""
+    base_rows = data["models"]["base"]
+    reference = max(r["suite"]["accuracy"] for name, r in base_rows.items() if name.startswith(ONE_STEP))
+    target = reference - tolerance / 100
+
+    def best(rows, parallel_only):
+        ok = [(r["suite"]["mean_nfe"], name) for name, r in rows.items()
+              if r["suite"]["accuracy"] >= target - 1e-9 and not (parallel_only and name.startswith(ONE_STEP))]
+        return min(ok) if ok else None
+
+    base_best = best(base_rows, True)
+    out = {"base_one_token_per_step_accuracy": reference, "accuracy_floor": target,
+           "base_best_parallel": base_best and {"setting": base_best[1], "mean_nfe": base_best[0],
+                                                "accuracy": base_rows[base_best[1]]["suite"]["accuracy"]}}
+    for label, rows in data["models"].items():
+        found = best(rows, True)
+        if found is None:
+            out[label] = None
+            continue
+        nfe, name = found
+        out[label] = {"setting": name, "mean_nfe": nfe, "accuracy": rows[name]["suite"]["accuracy"],
+                      "fewer_forwards_than_one_token_per_step": data["gen_length"] / nfe,
+                      "fewer_forwards_than_base_best_parallel": base_best[0] / nfe if base_best else None}
+    return out
+
+
 def markdown_table(data: dict) -> str:
     """Every (model, setting) as a Markdown table row: per task accuracy / mean NFE / answer tokens
     per forward, then the suite's mean accuracy and NFE and the forwards saved against one token per step."""
@@ -98,7 +103,7 @@ def markdown_table(data: dict) -> str:
     lines = ["| model | sampler | " + " | ".join(tasks) + (" | suite |" if len(tasks) > 1 else " | fewer forwards |"),
              "|---|---|" + "---|" * (len(tasks) + 1)]
     for label, rows in data["models"].items():
-        one_step = rows["llada (1 token/step)"]["suite"]["mean_nfe"]
+        one_step = data["gen_length"]
         for name, row in rows.items():
             cells = [f"{100 * r['accuracy']:.1f} % / {r['mean_nfe']:.2f} / {r['answer_tokens_per_forward']:.2f}"
                      for r in (row["tasks"][t] for t in tasks)]
@@ -127,7 +132,9 @@ def plot(data: dict, path: Path) -> None:
             pts = [(r["suite"] if panel == "suite" else r["tasks"][panel], name) for name, r in rows.items()]
             xs = [p["answer_tokens_per_forward"] for p, _ in pts]
             ys = [100 * p["accuracy"] for p, _ in pts]
-            ax.scatter(xs, ys, color=color, marker=marker, label=model, alpha=0.8)
+            hollow = ["one block" in name for _, name in pts]  # several block settings: one block hollow
+            ax.scatter(xs, ys, color=color, marker=marker, label=model, alpha=0.8,
+                       facecolors=["none" if h else color for h in hollow])
             for (p, name), x, y in zip(pts, xs, ys):
                 if name.startswith("llada") or name in ("entropy 0.5", "threshold 0.9"):
                     ax.annotate(name.replace(" (1 token/step)", ""), (x, y), fontsize=7, alpha=0.7,
@@ -137,12 +144,13 @@ def plot(data: dict, path: Path) -> None:
         ax.set_xlabel("answer tokens per forward")
         ax.set_ylabel("accuracy / validity (%)")
         ax.grid(alpha=0.3)
-    axes.flat[0].legend()
+    axes.flat[0].legend(title="hollow: one block" if len(data.get("block_lengths", [])) > 1 else None)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    block = data.get("block_length") or data["gen_length"]
+    blocks = data.get("block_lengths", [data["gen_length"]])
     fig.suptitle(f"Base vs certainty-forcing distilled: {data['n']} held-out prompts per task, gen "
-                 f"{data['gen_length']} in " + ("one block" if block == data["gen_length"] else f"blocks of {block}"))
+                 f"{data['gen_length']} in " + " or ".join("one block" if b == data["gen_length"] else f"blocks of {b}"
+                                                         for b in blocks))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -155,7 +163,8 @@ def main(argv=None) -> None:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--gen-length", type=int, default=16)
-    parser.add_argument("--block-length", type=int, default=None, help="decode in blocks (default: one block)")
+    parser.add_argument("--block-length", default="", help="decode in blocks of this length; several: "
+                        "32,64 (default: one block)")
     parser.add_argument("--thresholds", default="0.05,0.1,0.2,0.35,0.5,0.75,1.0,1.5",
                         help="dParallel entropy thresholds")
     parser.add_argument("--fast-thresholds", default="0.9", help="Fast-dLLM confidence thresholds")
@@ -173,12 +182,13 @@ def main(argv=None) -> None:
     from jaxdllm.train.task_accuracy import evaluate_tasks
 
     tasks = [t for t in args.tasks.split(",") if t]
-    configs = samplers(args.gen_length, [float(t) for t in args.thresholds.split(",") if t], args.block_length,
+    blocks = tuple(int(b) for b in args.block_length.split(",") if b)
+    configs = samplers(args.gen_length, [float(t) for t in args.thresholds.split(",") if t], blocks,
                        tuple(float(t) for t in args.fast_thresholds.split(",") if t))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoints = {"base": args.base, "distilled": args.distilled, **extra}
-    data = {"n": args.n, "gen_length": args.gen_length, "block_length": args.block_length or args.gen_length,
+    data = {"n": args.n, "gen_length": args.gen_length, "block_lengths": list(blocks or (args.gen_length,)),
             "tasks": tasks, "models": {}, "checkpoints": checkpoints}
     for label, directory in checkpoints.items():
         model, tokenizer = from_pretrained(directory, dtype="float32"), Tokenizer.from_pretrained(directory)
@@ -199,7 +209,7 @@ def main(argv=None) -> None:
     data["matched"] = matched(data, args.tolerance)
     out.with_suffix(".json").write_text(json.dumps(data, indent=1))
     for label, row in data["matched"].items():
-        if label not in ("accuracy_floor", "base_best_parallel"):
+        if label in data["models"]:
             print(f"matched accuracy {label:12s} " + ("no setting within the tolerance" if row is None else
                   f"{row['setting']}: NFE {row['mean_nfe']:.2f}, {row['fewer_forwards_than_one_token_per_step']:.1f}x "
                   f"fewer than one token per step" + (f", {row['fewer_forwards_than_base_best_parallel']:.2f}x fewer "
