@@ -10,7 +10,8 @@ card's prompts) in one `gen_length`-token block with: LLaDA low-confidence, one 
 (the baseline); Fast-dLLM's threshold 0.9; and dParallel's entropy-threshold sampler at every
 `--thresholds` value. Per task and over the suite it records accuracy (each task's checker, so
 validity for the many-answer tasks), mean NFE and answer tokens (up to and including EOS) per
-forward. Writes `<out>.json` (after every setting) and `<out>.png`.
+forward. Writes `<out>.json` (after every setting) and `<out>.png`; run again with the same `--out`,
+it reuses the settings already measured for a model from the same folder (same prompts and lengths).
 
 More models (ablations) join with `--model LABEL=DIR` (repeatable); `--block-length` decodes in
 blocks (dParallel's semi-autoregressive setting) and `--fast-thresholds` sweeps Fast-dLLM's
@@ -159,7 +160,7 @@ def main(argv=None) -> None:
     exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.distill_pareto")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the teacher / base checkpoint")
-    parser.add_argument("--distilled", required=True, help="the distilled checkpoint")
+    parser.add_argument("--distilled", help="the distilled checkpoint (omitted: the base alone, to measure it first)")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--gen-length", type=int, default=16)
@@ -187,13 +188,23 @@ def main(argv=None) -> None:
                        tuple(float(t) for t in args.fast_thresholds.split(",") if t))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoints = {"base": args.base, "distilled": args.distilled, **extra}
+    checkpoints = {"base": args.base, **({"distilled": args.distilled} if args.distilled else {}), **extra}
     data = {"n": args.n, "gen_length": args.gen_length, "block_lengths": list(blocks or (args.gen_length,)),
             "tasks": tasks, "models": {}, "checkpoints": checkpoints}
+    earlier = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").is_file() else {}
+    same_run = all(earlier.get(k) == data[k] for k in ("n", "gen_length", "block_lengths", "tasks"))
     for label, directory in checkpoints.items():
+        # A model measured by an earlier run of this command (same folder, prompts and lengths) is reused.
+        done = (earlier["models"].get(label, {}) if same_run and earlier.get("checkpoints", {}).get(label) == directory
+                else {})
+        data["models"][label] = {name: done[name] for name in configs if name in done}
+        if len(data["models"][label]) == len(configs):
+            print(f"{label}: every setting reused from {out.with_suffix('.json')}", flush=True)
+            continue
         model, tokenizer = from_pretrained(directory, dtype="float32"), Tokenizer.from_pretrained(directory)
-        data["models"][label] = {}
         for name, config in configs.items():
+            if name in data["models"][label]:
+                continue
             start = time.perf_counter()
             results = evaluate_tasks(model, tokenizer, tasks, config, n=args.n)
             row = {"tasks": {r["task"]: {k: r[k] for k in ("accuracy", "mean_nfe", "answer_tokens_per_forward",
