@@ -125,11 +125,12 @@ def test_entropy_gradient_flows_only_where_the_argmax_is_right():
     np.testing.assert_array_equal(flows, masked & right_here)
 
 
-@pytest.mark.parametrize("preset,views", [("tiny-llada", 2), ("tiny-dream", 2), ("tiny-llada", 1)])
-def test_loss_equals_a_dense_computation(preset, views):
+@pytest.mark.parametrize("preset,views,ratio", [("tiny-llada", 2, "fixed"), ("tiny-dream", 2, "fixed"),
+                                                ("tiny-llada", 1, "fixed"), ("tiny-llada", 2, "uniform")])
+def test_loss_equals_a_dense_computation(preset, views, ratio):
     model = tiny(preset)
     config = model.config
-    settings = {"block_length": 8, "temperature": 0.5, "num_views": views}
+    settings = {"block_length": 8, "temperature": 0.5, "num_views": views, "mask_ratio": ratio}
     objective = make_objective("certainty_forcing", settings, config)
     b = batch(rows=8)
     key = jax.random.PRNGKey(7)
@@ -176,8 +177,23 @@ def test_loss_equals_a_dense_computation(preset, views):
 def test_settings_are_checked():
     config = tiny("tiny-llada").config
     for bad in ({"mask_prob": 1.0}, {"temperature": 0.0}, {"block_length": 0}, {"active": "all"},
-                {"entropy_weight": -1.0}, {"eps": 0.1}, {"num_views": 3}):
+                {"entropy_weight": -1.0}, {"eps": 0.1}, {"num_views": 3}, {"mask_ratio": "beta"}):
         with pytest.raises(ConfigError):
             make_objective("certainty_forcing", bad, config)
     with pytest.raises(ConfigError, match="causal"):
         make_objective("certainty_forcing", {}, ModelConfig.preset("tiny-qwen2", mask_token_id=5))
+
+
+def test_uniform_mask_ratio_covers_every_ratio_with_complementary_views():
+    config = tiny("tiny-llada").config
+    objective = make_objective("certainty_forcing", {"block_length": 64, "mask_ratio": "uniform"}, config)
+    b = batch(rows=64)
+    a, bb, _ = (np.asarray(x) for x in objective.views(b, jax.random.PRNGKey(3), config))
+    active = a | bb
+    assert not (a & bb).any()                                   # still complements of each other
+    ratio = a.sum(1) / np.maximum(active.sum(1), 1)
+    assert ratio.min() < 0.15 and ratio.max() > 0.85            # fixed 0.5 would stay near the middle
+    fixed = make_objective("certainty_forcing", {"block_length": 64}, config)
+    a, bb, _ = (np.asarray(x) for x in fixed.views(b, jax.random.PRNGKey(3), config))
+    fixed_ratio = a.sum(1) / np.maximum((a | bb).sum(1), 1)
+    assert np.abs(fixed_ratio - 0.5).max() < np.abs(ratio - 0.5).max()

@@ -16,6 +16,9 @@ Per row, over the response region (the row's target tokens: answer, its EOS and 
   temperature)` over the view's masked tokens whose argmax already equals the label (0 if none),
   so the certainty term sharpens only right predictions. `w = entropy_weight`, default 2 (LLaDA)
   or 1 (token-shifted models, Dream).
+* **Mask ratio** (`mask_ratio`): `"fixed"` (published) masks with probability `mask_prob` in
+  every row; `"uniform"` draws each row's probability from U(0, 1), so the views together cover
+  every ratio, including the nearly all-masked states a sampler's first forwards see.
 * **One view** (`num_views = 1`, an ablation): only view A is run and scored, `CE_A + w Ent_A`; the
   active positions outside `m` get no loss in that step.
 
@@ -67,7 +70,8 @@ def active_regions(response: jax.Array, key: jax.Array, block_length: int | None
 class CertaintyForcing(Objective):
     """Settings (recipe `[objective]` keys): `block_length` (32), `active` ("auto" | "block" |
     "response"), `mask_prob` (0.5), `temperature` (0.5, of the entropy term), `entropy_weight`
-    (None: 2, or 1 for token-shifted models), `num_views` (2: the published complementary pair; 1: view A only)."""
+    (None: 2, or 1 for token-shifted models), `num_views` (2: the published complementary pair; 1: view A only), `mask_ratio` ("fixed" |
+    "uniform")."""
 
     block_length: int = 32
     active: Literal["auto", "block", "response"] = "auto"
@@ -75,6 +79,7 @@ class CertaintyForcing(Objective):
     temperature: float = 0.5
     entropy_weight: float | None = None
     num_views: int = 2
+    mask_ratio: Literal["fixed", "uniform"] = "fixed"
 
     name = "certainty_forcing"
     needs_mask_token = True
@@ -89,6 +94,9 @@ class CertaintyForcing(Objective):
             raise ConfigError(f"[objective] temperature must be positive, got {self.temperature}")
         if self.entropy_weight is not None and self.entropy_weight < 0:
             raise ConfigError(f"[objective] entropy_weight must be >= 0, got {self.entropy_weight}")
+        if self.mask_ratio not in ("fixed", "uniform"):
+            raise ConfigError(f"[objective] mask_ratio must be 'fixed' (mask_prob in every row) or 'uniform' "
+                              f"(a U(0, 1) probability per row), got {self.mask_ratio!r}")
         if self.num_views not in (1, 2):
             raise ConfigError(f"[objective] num_views must be 1 (view A only) or 2 (the complementary pair), "
                               f"got {self.num_views!r}")
@@ -111,7 +119,11 @@ class CertaintyForcing(Objective):
         response = batch["target_mask"] & has_predictor(batch["segment_ids"], config)
         k_block, k_mask = jax.random.split(key)
         active, later = active_regions(response, k_block, block_length)
-        drawn = jax.random.uniform(k_mask, response.shape) < self.mask_prob
+        prob = self.mask_prob
+        if self.mask_ratio == "uniform":  # (the fixed ratio keeps the published key use)
+            k_mask, k_ratio = jax.random.split(k_mask)
+            prob = jax.random.uniform(k_ratio, (response.shape[0], 1))
+        drawn = jax.random.uniform(k_mask, response.shape) < prob
         return active & drawn, active & ~drawn, later
 
     def __call__(self, views: Views, batch: dict, key: jax.Array):
