@@ -94,16 +94,16 @@ CHAIN_DISTILLED = DEFAULT_MODEL.parent / "chain-llada-tiny-dparallel"
 @pytest.mark.skipif(not (CHAIN_DISTILLED / "config.json").is_file(), reason="no shipped chain checkpoints")
 def test_chain_models_match_their_cards():
     """The chain cards on their 200 held-out prompts: the base one token per step in blocks of 32
-    (99.0 %, 64 forwards) and at its best training-free setting (entropy 0.35: 99.5 %, 10.05
-    forwards); the distilled model with the dParallel preset from its checkpoint defaults (one
+    (99.0 %, 64 forwards) and at its best training-free setting within a point of that (entropy
+    0.45: 98.0 %, 9.40 forwards); the distilled model with the dParallel preset from its checkpoint defaults (one
     block, entropy 0.5) as accurate in about one forward, checked line by line by the task."""
     from jaxdllm import sampler_defaults
 
     base, tok = from_pretrained(CHAIN, dtype="float32"), Tokenizer.from_pretrained(CHAIN)
     one_step = evaluate_task(base, tok, "chain", sampler_defaults(CHAIN), n=200)
     assert one_step["accuracy"] >= 0.985 and one_step["mean_nfe"] == 64, one_step
-    best = evaluate_task(base, tok, "chain", sampler_defaults(CHAIN, "dparallel", entropy_threshold=0.35), n=200)
-    assert best["accuracy"] >= 0.985 and best["mean_nfe"] >= 9.5, best
+    best = evaluate_task(base, tok, "chain", sampler_defaults(CHAIN, "dparallel", entropy_threshold=0.45), n=200)
+    assert best["accuracy"] >= 0.975 and best["mean_nfe"] >= 9.3, best
     student = from_pretrained(CHAIN_DISTILLED, dtype="float32")
     fast = evaluate_task(student, tok, "chain", sampler_defaults(CHAIN_DISTILLED, "dparallel"), n=200)
     assert fast["accuracy"] >= one_step["accuracy"] - 0.01, fast

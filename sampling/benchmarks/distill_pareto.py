@@ -134,10 +134,14 @@ def plot(data: dict, path: Path) -> None:
             xs = [p["answer_tokens_per_forward"] for p, _ in pts]
             ys = [100 * p["accuracy"] for p, _ in pts]
             hollow = ["one block" in name for _, name in pts]  # several block settings: one block hollow
-            ax.scatter(xs, ys, color=color, marker=marker, label=model, alpha=0.8,
-                       facecolors=["none" if h else color for h in hollow])
+            for want_hollow in (False, True):
+                sel = [i for i, h in enumerate(hollow) if h == want_hollow]
+                if sel:
+                    ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], marker=marker, alpha=0.8,
+                               facecolors="none" if want_hollow else color, edgecolors=color,
+                               label=None if want_hollow and len(sel) < len(hollow) else model)
             for (p, name), x, y in zip(pts, xs, ys):
-                if name.startswith("llada") or name in ("entropy 0.5", "threshold 0.9"):
+                if model == "base" and (name.startswith("llada") or name in ("entropy 0.5", "threshold 0.9")):
                     ax.annotate(name.replace(" (1 token/step)", ""), (x, y), fontsize=7, alpha=0.7,
                                 xytext=(3, 3), textcoords="offset points")
         ax.set_title(panel if panel != "suite" else
@@ -149,7 +153,7 @@ def plot(data: dict, path: Path) -> None:
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     blocks = data.get("block_lengths", [data["gen_length"]])
-    fig.suptitle(f"Base vs certainty-forcing distilled: {data['n']} held-out prompts per task, gen "
+    fig.suptitle(f"Base vs certainty-forcing distilled: {data['n']} held-out prompts per task,\ngen "
                  f"{data['gen_length']} in " + " or ".join("one block" if b == data["gen_length"] else f"blocks of {b}"
                                                          for b in blocks))
     fig.tight_layout()
