@@ -95,8 +95,8 @@ CHAIN_DISTILLED = DEFAULT_MODEL.parent / "chain-llada-tiny-dparallel"
 def test_chain_models_match_their_cards():
     """The chain cards on their 200 held-out prompts: the base one token per step in blocks of 32
     (99.0 %, 64 forwards) and at its best training-free setting within a point of that (entropy
-    0.45: 98.0 %, 9.40 forwards); the distilled model with the dParallel preset from its checkpoint defaults (one
-    block, entropy 0.5) as accurate in about one forward, checked line by line by the task."""
+    0.45: 98.0 %, 9.40 forwards); the distilled model with the dParallel preset from its checkpoint
+    defaults (one block, entropy 0.5) as accurate in about one forward, checked line by line."""
     from jaxdllm import sampler_defaults
 
     base, tok = from_pretrained(CHAIN, dtype="float32"), Tokenizer.from_pretrained(CHAIN)
