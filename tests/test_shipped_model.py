@@ -91,6 +91,7 @@ CHAIN = DEFAULT_MODEL.parent / "chain-llada-tiny"
 CHAIN_DISTILLED = DEFAULT_MODEL.parent / "chain-llada-tiny-dparallel"
 
 
+@pytest.mark.slow  # three evaluations of 200 prompts: ~30 s
 @pytest.mark.skipif(not (CHAIN_DISTILLED / "config.json").is_file(), reason="no shipped chain checkpoints")
 def test_chain_models_match_their_cards():
     """The chain cards on their 200 held-out prompts: the base one token per step in blocks of 32
