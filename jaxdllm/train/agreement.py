@@ -24,6 +24,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval.runner import decode_rows
 from jaxdllm.tokenizer import Tokenizer
+from jaxdllm.train.distill.teacher import encode_prompt, read_answers
 
 
 class TeacherAgreement:
@@ -41,9 +42,7 @@ class TeacherAgreement:
                  samplers: dict[str, SamplerConfig], n: int, chat_template: bool = False):
         if not prompts:
             raise ConfigError("[log] agreement_every needs teacher answers to compare with; the file has none")
-        encode = ((lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=True))
-                  if chat_template else tokenizer.encode)
-        self.rows = [encode(p) for p in prompts[:n]]
+        self.rows = [encode_prompt(tokenizer, p, chat_template) for p in prompts[:n]]
         self.answers = [a.strip() for a in answers[:n]]
         self.tokenizer = tokenizer
         self.samplers = samplers
@@ -68,7 +67,6 @@ def agreement_from_recipe(config, tokenizer: Tokenizer) -> TeacherAgreement | No
         return None
     from jaxdllm.pretrained import sampler_defaults
     from jaxdllm.shipped import checkpoint_dir
-    from jaxdllm.train.distill.teacher import read_answers
 
     if config.data.source != "teacher" or config.distill is None:
         raise ConfigError("[log] agreement_every compares with the teacher's answers: it needs [data] source = "

@@ -190,7 +190,8 @@ def _resume_point(out: Path, meta: dict, examples: Sequence[Example], batch_size
     return done
 
 
-def _encode(tokenizer: Tokenizer, prompt: str, chat_template: bool) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer, prompt: str, chat_template: bool) -> list[int]:
+    """A prompt's ids as the teacher sees them: the tokenizer's chat template, or plain `encode`."""
     if chat_template:
         return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True)
     return tokenizer.encode(prompt)
@@ -260,7 +261,7 @@ def _answer_batches(model, tokenizer: Tokenizer, examples: Sequence[Example], co
     each batch's records to `out`; returns `(answered, kept)` of this call."""
     eos = model.config.eos_token_id
     kept = answered = 0
-    rows = [_encode(tokenizer, e.prompt, chat_template) for e in examples]
+    rows = [encode_prompt(tokenizer, e.prompt, chat_template) for e in examples]
     for batch in decode_batches(model, rows, config, batch_size=batch_size, start=done, same_shape=True, seed=seed,
                                 progress=bar, stop=stop):
         lines = []
