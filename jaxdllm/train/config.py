@@ -39,6 +39,14 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _check_sampler_keys(options: dict, where: str, extra: str = "") -> None:
+    """Every key of `options` is a `SamplerConfig` option (`extra`: other keys the table allows)."""
+    from jaxdllm.decoding import SamplerConfig
+
+    unknown = sorted(set(options) - set(SamplerConfig.option_names()))
+    _check(not unknown, f"{where} has unknown key(s) {unknown}; options: {extra}{list(SamplerConfig.option_names())}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSection:
     """`preset` plus overrides (a new model), or `init_from` (an HF or orbax checkpoint dir)."""
@@ -143,9 +151,7 @@ class DistillSection:
         """The teacher's `SamplerConfig`: `preset`, the checkpoint's `defaults`, then `sampler`."""
         from jaxdllm.decoding import SamplerConfig
 
-        unknown = sorted(set(self.sampler) - set(SamplerConfig.option_names()))
-        _check(not unknown, f"[distill] sampler has unknown key(s) {unknown}; "
-                            f"options: {list(SamplerConfig.option_names())}")
+        _check_sampler_keys(self.sampler, "[distill] sampler")
         return SamplerConfig.preset(self.preset, **{**(defaults or {}), **self.sampler})
 
     def __hash__(self):
@@ -249,9 +255,7 @@ class CheckpointSection:
         if self.sampler:
             from jaxdllm.decoding import SamplerConfig
 
-            unknown = sorted(set(self.sampler) - set(SamplerConfig.option_names()))
-            _check(not unknown, f"[checkpoint] sampler has unknown key(s) {unknown}; "
-                                f"options: {list(SamplerConfig.option_names())}")
+            _check_sampler_keys(self.sampler, "[checkpoint] sampler")
             base = SamplerConfig.preset("llada")  # what `sampler_defaults` builds from (a bad value fails here)
             base.resized(**self.sampler) if "gen_length" in self.sampler else base.replace(**self.sampler)
 
@@ -282,9 +286,7 @@ class LogSection:
 
             options = dict(self.agreement_fast)
             preset = options.pop("preset", "dparallel")
-            unknown = sorted(set(options) - set(SamplerConfig.option_names()))
-            _check(not unknown, f"[log] agreement_fast has unknown key(s) {unknown}; options: preset, "
-                                f"{list(SamplerConfig.option_names())}")
+            _check_sampler_keys(options, "[log] agreement_fast", extra="preset, ")
             SamplerConfig.preset(preset, **options)  # an unknown preset or a bad value fails at load time
 
     def __hash__(self):

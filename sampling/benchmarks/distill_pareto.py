@@ -76,17 +76,17 @@ def matched(data: dict, tolerance: float) -> dict:
     reference = max(r["suite"]["accuracy"] for name, r in base_rows.items() if name.startswith(ONE_STEP))
     target = reference - tolerance / 100
 
-    def best(rows, parallel_only):
+    def best(rows):  # the fewest forwards among the parallel settings at or above the floor
         ok = [(r["suite"]["mean_nfe"], name) for name, r in rows.items()
-              if r["suite"]["accuracy"] >= target - 1e-9 and not (parallel_only and name.startswith(ONE_STEP))]
+              if r["suite"]["accuracy"] >= target - 1e-9 and not name.startswith(ONE_STEP)]
         return min(ok) if ok else None
 
-    base_best = best(base_rows, True)
+    base_best = best(base_rows)
     out = {"base_one_token_per_step_accuracy": reference, "accuracy_floor": target,
            "base_best_parallel": base_best and {"setting": base_best[1], "mean_nfe": base_best[0],
                                                 "accuracy": base_rows[base_best[1]]["suite"]["accuracy"]}}
     for label, rows in data["models"].items():
-        found = best(rows, True)
+        found = best(rows)
         if found is None:
             out[label] = None
             continue
