@@ -159,18 +159,31 @@ def _placement(shape: tuple, logical_axes, mesh: Mesh | None, rules):
     return NamedSharding(mesh, shd.logical_to_spec(logical_axes, shape, mesh, rules))
 
 
-def _layer_placement(placement):
-    """The placement of one layer's slice of a stacked parameter (the `layers` axis dropped)."""
-    if isinstance(placement, SingleDeviceSharding):
+def _slice_placement(placement, depth: int):
+    """The placement of one slice of a stacked parameter (its `depth` leading axes dropped: a
+    layer of a `scan_layers` parameter, an expert of a routed-experts kernel)."""
+    if isinstance(placement, SingleDeviceSharding) or not depth:
         return placement
-    return NamedSharding(placement.mesh, PartitionSpec(*placement.spec[1:]))
+    return NamedSharding(placement.mesh, PartitionSpec(*tuple(placement.spec)[depth:]))
 
 
-# Write one layer into a stacked parameter in place (the old buffer is donated).
-# The index is traced: one compile per parameter shape, not per layer.
-_set_layer = jax.jit(lambda stacked, x, i: jax.lax.dynamic_update_index_in_dim(stacked, x, i, 0),
-                     donate_argnums=0)
-_get_layer = jax.jit(lambda stacked, i: jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False))
+# Write one slice into a stacked parameter in place (the old buffer is donated). The index is
+# traced: one compile per parameter shape, not per layer or expert.
+@functools.partial(jax.jit, donate_argnums=0)
+def _set_slice(stacked, x, index):
+    lead = (1,) * index.shape[0]
+    return jax.lax.dynamic_update_slice(stacked, x.reshape(lead + x.shape), (*index, *(0,) * x.ndim))
+
+
+@jax.jit
+def _get_slice(stacked, index):
+    depth = index.shape[0]
+    sizes = (1,) * depth + stacked.shape[depth:]
+    return jax.lax.dynamic_slice(stacked, (*index, *(0,) * (stacked.ndim - depth)), sizes).reshape(stacked.shape[depth:])
+
+
+def _sliced(value, index: tuple[int, ...]):
+    return value if not index else _get_slice(value, np.asarray(index, np.int32))
 
 
 @functools.lru_cache(maxsize=None)
@@ -255,16 +268,18 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     for file in sorted(set(files.values())):
         handle = _open(file)
         for t in (t for t in table if files[t.name] == file):
-            path, layer = param_location(t, config)
+            path, index = param_location(t, config)
             var = variables[path]
             shape = tuple(var.get_value().shape)
-            if (shape if layer is None else shape[1:]) != t.shape:  # a bug in the table, not in the checkpoint
+            if shape[len(index):] != t.shape:  # a bug in the table, not in the checkpoint
                 raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {shape}")
-            host = t.to_jax(handle.get_tensor(t.name))
-            if host.dtype != target:
-                host = host.astype(target)
+            raw = handle.get_tensor(t.name) if t.rows is None else handle.get_slice(t.name)[t.rows[0]:t.rows[1]]
+            host = t.to_jax(raw)
+            want = np.float32 if path[-1] == "expert_bias" else target  # the router's bias stays float32
+            if host.dtype != want:
+                host = host.astype(want)
             placement = _placement(shape, var.logical_axes, mesh, rules)
-            here = placement if layer is None else _layer_placement(placement)
+            here = _slice_placement(placement, len(index))
             values = {path: _place(host, here)}
             scale_at = quantize.scale_path(path)
             if scale_at in variables:  # an int8 kernel: quantize this tensor on its devices
@@ -272,11 +287,10 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
                 scale_shape = tuple(scale_var.get_value().shape)
                 scale_placement = _placement(scale_shape, scale_var.logical_axes, mesh, rules)
                 values = dict(zip((path, scale_at), _quantizer(
-                    scale_shape if layer is None else scale_shape[1:], here,
-                    scale_placement if layer is None else _layer_placement(scale_placement))(values[path])))
+                    scale_shape[len(index):], here, _slice_placement(scale_placement, len(index)))(values[path])))
             del host
             for at, value in values.items():
-                if layer is None:
+                if not index:
                     variables[at].set_value(value)
                     continue
                 if at not in stacked:
@@ -284,7 +298,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
                     stacked[at] = jax.jit(lambda: jnp.zeros(full.shape, full.dtype),
                                           out_shardings=_placement(full.shape, variables[at].logical_axes,
                                                                    mesh, rules))()
-                stacked[at] = _set_layer(stacked[at], value, np.int32(layer))
+                stacked[at] = _set_slice(stacked[at], value, np.asarray(index, np.int32))
             del values
         del handle
     for path, value in stacked.items():
@@ -345,8 +359,9 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     shards: list[list[TensorMapping]] = [[]]
     size = 0
     for t in table:  # plan the files first so only one file's tensors are on the host at once
-        nbytes = int(np.prod(t.hf_shape)) * itemsize
-        if shards[-1] and size + nbytes > limit:
+        nbytes = int(np.prod(t.part_shape)) * itemsize
+        fused_with_previous = shards[-1] and shards[-1][-1].name == t.name  # parts of one tensor share a file
+        if shards[-1] and size + nbytes > limit and not fused_with_previous:
             shards.append([])
             size = 0
         shards[-1].append(t)
@@ -362,18 +377,18 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
                 stale.unlink()
     weight_map, total = {}, 0
     for fname, shard in zip(names, shards):
-        tensors = {}
+        parts: dict[str, list[np.ndarray]] = {}  # a fused tensor's parts, in row order
         for t in shard:
-            path, layer = param_location(t, config)
-            value = params[path].get_value()
-            value = value if layer is None else _get_layer(value, np.int32(layer))
+            path, index = param_location(t, config)
+            value = _sliced(params[path].get_value(), index)
             scale_at = quantize.scale_path(path)
             if scale_at in params:  # an int8 kernel is written as the float kernel it stands for
-                scale = params[scale_at].get_value()
-                value = quantize.dequantize(value, scale if layer is None else _get_layer(scale, np.int32(layer)))
-            tensors[t.name] = t.to_hf(_to_host(value).astype(np_dtype))
+                value = quantize.dequantize(value, _sliced(params[scale_at].get_value(), index))
+            parts.setdefault(t.name, []).append(t.to_hf(_to_host(value).astype(np_dtype)))
             weight_map[t.name] = fname
-            total += tensors[t.name].nbytes
+        tensors = {name: p[0] if len(p) == 1 else np.concatenate(p) for name, p in parts.items()}
+        del parts
+        total += sum(w.nbytes for w in tensors.values())
         if writer:
             save_file(tensors, str(out / fname), metadata={"format": "pt"})
             _readable_like_other_files(out / fname)

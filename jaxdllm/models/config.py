@@ -17,7 +17,7 @@ from jaxdllm.validation import check_fields, require_positive_int
 AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
 # Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names.
-CHECKPOINT_FORMATS = ("llada", "hf")
+CHECKPOINT_FORMATS = ("llada", "hf", "llada2")  # llada2: LLaDA2's fused qkv and per-expert names
 DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALING_TYPES = ("llama3", "linear")
 REMAT_POLICIES = ("none", "full", "dots")
@@ -87,6 +87,22 @@ class ModelConfig:
       remat: rematerialise activations in the backward pass, per layer: `none`, `full` (keep only
         each layer's input) or `dots` (keep matmul outputs without batch dims,
         `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`).
+      qk_norm: RMSNorm over head_dim on q and k before RoPE (LLaDA2's `query_layernorm` /
+        `key_layernorm`).
+      rotary_fraction: RoPE rotates the first `head_dim * rotary_fraction` dims of each head; the
+        rest pass through (LLaDA2's `partial_rotary_factor`, 0.5).
+      num_experts: routed experts per MoE layer; 0 means a dense model (every layer an `MLP`).
+      experts_per_token: experts each token is routed to (`num_experts_per_tok`).
+      expert_dim: SwiGLU width of one routed expert (`moe_intermediate_size`).
+      num_shared_experts: always-on experts, run as one SwiGLU of width `expert_dim *
+        num_shared_experts` added to the routed output.
+      expert_groups, top_groups: group-limited routing: experts split into `expert_groups`
+        contiguous groups; a token picks its experts from its `top_groups` best groups (`n_group`,
+        `topk_group`).
+      first_dense_layers: the first layers keep a dense `MLP` of width `mlp_dim`
+        (`first_k_dense_replace`); the rest are MoE layers.
+      routed_scaling: routing weights (normalised to sum 1) are multiplied by this
+        (`routed_scaling_factor`).
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -121,6 +137,16 @@ class ModelConfig:
     scan_layers: bool = False
     remat: str = "none"
     quantization: str | None = None
+    qk_norm: bool = False
+    rotary_fraction: float = 1.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_dim: int = 0
+    num_shared_experts: int = 0
+    expert_groups: int = 1
+    top_groups: int = 1
+    first_dense_layers: int = 0
+    routed_scaling: float = 1.0
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -155,6 +181,12 @@ class ModelConfig:
                 raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}")
+        rope_dim = int(self.head_dim * self.rotary_fraction)
+        if not 0 < self.rotary_fraction <= 1 or rope_dim % 2 or rope_dim == 0:
+            raise ConfigError(f"rotary_fraction must be in (0, 1] and give an even number of rotated dims; "
+                              f"head_dim {self.head_dim} x {self.rotary_fraction} = {self.head_dim * self.rotary_fraction}")
+        if self.num_experts:
+            self._check_experts()
         if self.remat not in REMAT_POLICIES:
             raise ConfigError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         from jaxdllm.attention import implementations  # local: attention imports nothing from models
@@ -163,7 +195,45 @@ class ModelConfig:
             raise ConfigError(
                 f"attention_impl must be one of {implementations()}, got {self.attention_impl!r}")
 
+    def _check_experts(self) -> None:
+        for name in ("num_experts", "experts_per_token", "expert_dim", "expert_groups", "top_groups"):
+            require_positive_int(getattr(self, name), name)
+        e, k, g = self.num_experts, self.experts_per_token, self.expert_groups
+        if e % g:
+            raise ConfigError(f"num_experts ({e}) must be a multiple of expert_groups ({g})")
+        if self.top_groups > g:
+            raise ConfigError(f"top_groups ({self.top_groups}) cannot exceed expert_groups ({g})")
+        if g > 1 and e // g < 2:
+            raise ConfigError(f"group-limited routing scores a group by its two best experts: "
+                              f"num_experts / expert_groups must be >= 2, got {e} / {g}")
+        if k > self.top_groups * (e // g):
+            raise ConfigError(f"experts_per_token ({k}) exceeds the experts in the {self.top_groups} chosen "
+                              f"groups ({self.top_groups * (e // g)})")
+        if not 0 <= self.first_dense_layers <= self.num_layers:
+            raise ConfigError(f"first_dense_layers must be in [0, num_layers={self.num_layers}], "
+                              f"got {self.first_dense_layers}")
+        if self.num_shared_experts < 0:
+            raise ConfigError(f"num_shared_experts must be >= 0, got {self.num_shared_experts}")
+        if self.routed_scaling <= 0:
+            raise ConfigError(f"routed_scaling must be > 0, got {self.routed_scaling}")
+        if self.scan_layers and 0 < self.first_dense_layers < self.num_layers:
+            raise ConfigError("scan_layers needs identical layers, but this MoE model mixes "
+                              f"{self.first_dense_layers} dense layer(s) with MoE layers; set scan_layers=False")
+
     # -- derived ------------------------------------------------------------------------------
+    @property
+    def rope_dim(self) -> int:
+        """Dims of each head that RoPE rotates (`head_dim * rotary_fraction`)."""
+        return int(self.head_dim * self.rotary_fraction)
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` is an MoE layer (routed experts) rather than a dense MLP."""
+        return self.num_experts > 0 and index >= self.first_dense_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
     @property
     def jnp_param_dtype(self):
         return jnp.dtype(self.param_dtype)
@@ -174,13 +244,27 @@ class ModelConfig:
 
     @property
     def num_params(self) -> int:
+        """Every parameter (all experts; the MoE routers' expert biases included)."""
+        return self._count_params(active=False)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward touches: routed experts count `experts_per_token` times
+        (the whole model for a dense config)."""
+        return self._count_params(active=True)
+
+    def _count_params(self, active: bool) -> int:
         d, h, kv, hd, m, v = (self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim,
                               self.mlp_dim, self.vocab_size)
         attn = d * hd * (h + 2 * kv) + h * hd * d
-        attn += (h + 2 * kv) * hd * self.qkv_bias + d * self.out_bias
-        mlp = 3 * d * m + (2 * m + d) * self.mlp_bias
-        per_layer = attn + mlp + 2 * d
-        return self.num_layers * per_layer + v * d * (1 if self.tie_embeddings else 2) + d
+        attn += (h + 2 * kv) * hd * self.qkv_bias + d * self.out_bias + 2 * hd * self.qk_norm
+        dense_mlp = 3 * d * m + (2 * m + d) * self.mlp_bias
+        routed = self.experts_per_token if active else self.num_experts
+        moe_mlp = (3 * d * self.expert_dim * (routed + self.num_shared_experts)
+                   + self.num_experts * (d + 1))  # router weights + expert bias
+        total = self.num_layers * (attn + 2 * d) + v * d * (1 if self.tie_embeddings else 2) + d
+        moe = self.num_moe_layers
+        return total + moe * moe_mlp + (self.num_layers - moe) * dense_mlp
 
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with `changes` applied (and validated)."""
@@ -215,7 +299,9 @@ class ModelConfig:
 # Fields the checkpoint itself determines; overriding them would mis-read its tensors.
 CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "param_dtype", "source_config"}
+                      "checkpoint_format", "param_dtype", "source_config", "qk_norm", "rotary_fraction",
+                      "num_experts", "experts_per_token", "expert_dim", "num_shared_experts", "expert_groups",
+                      "top_groups", "first_dense_layers", "routed_scaling"}
 
 # LLaDA-8B's tokenizer: its config.json omits these, so checkpoint import reads them from here.
 LLADA_VOCAB_SIZE = 126464
@@ -276,6 +362,31 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
         mlp_dim=128, attention="causal", rope_theta=500000.0, norm_eps=1e-5, max_position=512,
         model_type="llama", bos_token_id=253, eos_token_id=254),
+    # LLaDA2.0-mini / LLaDA2.1-mini (inclusionAI; the Ling-mini-2.0 shape): 16B parameters, ~1.4B
+    # active per token. Block diffusion, blocks of 32; logits not shifted.
+    "llada2-mini": ModelConfig(
+        vocab_size=157184, embed_dim=2048, num_layers=20, num_heads=16, num_kv_heads=4, head_dim=128,
+        mlp_dim=5120, attention="block_causal", block_size=32, rope_theta=600000.0, norm_eps=1e-6,
+        max_position=32768, param_dtype="bfloat16", dtype="bfloat16", checkpoint_format="llada2",
+        model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5, num_experts=256, experts_per_token=8,
+        expert_dim=512, num_shared_experts=1, expert_groups=8, top_groups=4, first_dense_layers=1,
+        routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892, pad_token_id=156892),
+    # LLaDA2.0-flash / LLaDA2.1-flash (the Ling-flash-2.0 shape): 100B parameters, ~6.1B active. For
+    # planning: importing a checkpoint reads the shape from its config.json.
+    "llada2-flash": ModelConfig(
+        vocab_size=157184, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=4, head_dim=128,
+        mlp_dim=9216, attention="block_causal", block_size=32, rope_theta=600000.0, norm_eps=1e-6,
+        max_position=32768, param_dtype="bfloat16", dtype="bfloat16", checkpoint_format="llada2",
+        model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5, num_experts=256, experts_per_token=8,
+        expert_dim=1024, num_shared_experts=1, expert_groups=8, top_groups=4, first_dense_layers=1,
+        routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892, pad_token_id=156892),
+    "tiny-llada2": ModelConfig(
+        vocab_size=256, embed_dim=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, attention="block_causal", block_size=8, rope_theta=600000.0, max_position=512,
+        checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
+        num_experts=16, experts_per_token=4, expert_dim=32, num_shared_experts=1, expert_groups=4,
+        top_groups=2, first_dense_layers=1, routed_scaling=2.5,
+        mask_token_id=255, eos_token_id=254, pad_token_id=254),
     "tiny-block-diffusion": ModelConfig(
         vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
         mlp_dim=128, attention="block_causal", block_size=8, qkv_bias=True, shift_logits=True,

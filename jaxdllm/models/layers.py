@@ -110,7 +110,14 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None = Non
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
-    """Rotate-half RoPE in float32. `x [B, L, H, D]`, `positions [B, L]` (logical positions)."""
+    """Rotate-half RoPE in float32. `x [B, L, H, D]`, `positions [B, L]` (logical positions).
+
+    `inv_freq [R/2]` with R < D (partial rotary, LLaDA2): the first R dims rotate (rotate-half within
+    them) and the other D - R pass through.
+    """
+    rotated = 2 * len(inv_freq)
+    if rotated < x.shape[-1]:
+        return jnp.concatenate([apply_rope(x[..., :rotated], positions, inv_freq), x[..., rotated:]], axis=-1)
     angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, L, D/2]
     cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
     x32 = x.astype(jnp.float32)
@@ -131,6 +138,9 @@ class Attention(nnx.Module):
         self.v = Einsum("bld,dhk->blhk", (d, kv, hd), ("embed", "kv_heads", "head_dim"), **qkv_bias(kv, "kv_heads"), **kw)
         out_bias = dict(bias_shape=(d,), bias_axes=("embed",)) if c.out_bias else {}
         self.o = Einsum("blhk,hkd->bld", (h, hd, d), ("heads", "head_dim", "embed"), **out_bias, **kw)
+        # LLaDA2: RMSNorm over head_dim on q and k, before RoPE.
+        self.q_norm = RMSNorm(hd, c.norm_eps, param_dtype=c.jnp_param_dtype) if c.qk_norm else None
+        self.k_norm = RMSNorm(hd, c.norm_eps, param_dtype=c.jnp_param_dtype) if c.qk_norm else None
         self.attention_impl = c.attention_impl  # a call-time override: model.set_attributes(attention_impl=...)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: MaskSpec, inv_freq: np.ndarray,
@@ -140,8 +150,11 @@ class Attention(nnx.Module):
         With `kv_cache = (k [B, S, Hkv, Dh], v)`, the new keys/values are written at
         `mask.q_offset` and the queries attend to all S cached slots.
         """
-        q = apply_rope(self.q(x), positions, inv_freq)
-        k = apply_rope(self.k(x), positions, inv_freq)
+        q, k = self.q(x), self.k(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, positions, inv_freq)
+        k = apply_rope(k, positions, inv_freq)
         v = self.v(x)
         if kv_cache is not None:
             cache_k, cache_v = kv_cache
@@ -154,31 +167,40 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU: `down(silu(gate(x)) * up(x))`."""
+    """SwiGLU: `down(silu(gate(x)) * up(x))`, of width `width` (default `config.mlp_dim`)."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, width: int | None = None, rngs: nnx.Rngs):
         c = config
+        m = c.mlp_dim if width is None else width
         kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, quantization=c.quantization, rngs=rngs)
         bias = lambda n, axis: dict(bias_shape=(n,), bias_axes=(axis,)) if c.mlp_bias else {}
-        self.gate = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)
-        self.up = Einsum("bld,dm->blm", (c.embed_dim, c.mlp_dim), ("embed", "mlp"), **bias(c.mlp_dim, "mlp"), **kw)
-        self.down = Einsum("blm,md->bld", (c.mlp_dim, c.embed_dim), ("mlp", "embed"), **bias(c.embed_dim, "embed"), **kw)
+        self.gate = Einsum("bld,dm->blm", (c.embed_dim, m), ("embed", "mlp"), **bias(m, "mlp"), **kw)
+        self.up = Einsum("bld,dm->blm", (c.embed_dim, m), ("embed", "mlp"), **bias(m, "mlp"), **kw)
+        self.down = Einsum("blm,md->bld", (m, c.embed_dim), ("mlp", "embed"), **bias(c.embed_dim, "embed"), **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`."""
+    """Pre-norm transformer block: `h = x + attn(norm(x))`, `out = h + mlp(norm(h))`; `mlp` is a
+    routed-experts `MoE` in the MoE layers of an MoE config (`config.is_moe_layer(index)`)."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, index: int = 0, *, rngs: nnx.Rngs):
+        from jaxdllm.models.moe import MoE  # local: moe builds on this module's MLP
+
         pd = config.jnp_param_dtype
         self.attn_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
         self.attn = Attention(config, rngs=rngs)
         self.mlp_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
-        self.mlp = MLP(config, rngs=rngs)
+        self.mlp = MoE(config, rngs=rngs) if config.is_moe_layer(index) else MLP(config, rngs=rngs)
 
     def __call__(self, x, positions, mask, inv_freq, kv_cache=None):
+        """`(x [B, L, D], kv_cache slot, load)`: `load [E]` counts the rows each routed expert ran
+        (None in a dense layer)."""
         h, kv_cache = self.attn(self.attn_norm(x), positions, mask, inv_freq, kv_cache)
         x = x + h
-        return x + self.mlp(self.mlp_norm(x)), kv_cache
+        h, load = self.mlp(self.mlp_norm(x)), None
+        if isinstance(h, tuple):
+            h, load = h
+        return x + h, kv_cache, load

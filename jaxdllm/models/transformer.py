@@ -42,7 +42,7 @@ class Transformer(nnx.Module):
         pd = config.jnp_param_dtype
         self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
                                logical_axes=("vocab", "embed"))
-        blocks = [Block(config, rngs=rngs) for _ in range(config.num_layers)]  # same draws either way
+        blocks = [Block(config, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
         self.layers = stack_layers(blocks) if config.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
         self.remat = config.remat  # a call-time override: decoding never differentiates, so it sets "none"
@@ -61,7 +61,7 @@ class Transformer(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  attention: MaskSpec | None = None, cache: KVCache | None = None,
-                 logits_slice: tuple[jax.Array | int, int] | None = None):
+                 logits_slice: tuple[jax.Array | int, int] | None = None, return_router_loads: bool = False):
         """Logits for `input_ids`.
 
         Args:
@@ -74,15 +74,20 @@ class Transformer(nnx.Module):
             cache's segment ids (this call's `q_segment_ids`, default 1, are written too).
           logits_slice: optional `(start, length)` (start may be traced): compute logits only
             for input positions `[start, start + length)`, skipping the LM head elsewhere.
+          return_router_loads: MoE models: also return `loads [num_moe_layers, E]` int32, the
+            rows each routed expert ran in this call (what expert-bias balancing reads).
 
         Returns:
           `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) in float32 (raw: with
           `config.shift_logits`, position i-1 predicts token i; see `align_logits`), plus the
-          updated cache when one was given.
+          updated cache when one was given, plus the router loads when asked for.
         """
         if shd.explicit_context() is not None:
+            if return_router_loads:
+                raise NotImplementedError("return_router_loads under an Explicit-axes mesh")
             return self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice)
-        return self._forward(input_ids, positions, attention, cache, logits_slice)
+        out, loads = self._forward(input_ids, positions, attention, cache, logits_slice)
+        return (*(out if isinstance(out, tuple) else (out,)), loads) if return_router_loads else out
 
     def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice):
         """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
@@ -96,7 +101,7 @@ class Transformer(nnx.Module):
 
         def body(state, input_ids, positions, attention, cache, start):
             where = None if logits_slice is None else (start, logits_slice[1])
-            return nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
+            return nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)[0]
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
         out = spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size))
@@ -117,15 +122,15 @@ class Transformer(nnx.Module):
                      else jnp.asarray(mask.q_segment_ids, jnp.int32))
             kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, q_seg, (0, mask.q_offset))
             mask = mask.replace(q_segment_ids=q_seg, kv_segment_ids=kv_seg)
-        inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
+        inv_freq = rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling)
 
         x = jnp.take(self.embed[...], input_ids, axis=0).astype(c.jnp_dtype)
         x = shd.constrain(x, ("batch", "length", "embed"))
         kv = None if cache is None else (cache.k, cache.v)
         if c.scan_layers:
-            x, kv = self._scan_layers(x, positions, mask, inv_freq, kv)
+            x, kv, loads = self._scan_layers(x, positions, mask, inv_freq, kv)
         else:
-            x, kv = self._unrolled_layers(x, positions, mask, inv_freq, kv)
+            x, kv, loads = self._unrolled_layers(x, positions, mask, inv_freq, kv)
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
@@ -136,29 +141,31 @@ class Transformer(nnx.Module):
         logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
         if cache is None:
-            return logits
-        return logits, KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
+            return logits, loads
+        return (logits, KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)), loads
 
     def _layer_fn(self, graphdef, positions, mask, inv_freq):
-        """`(params, x, slot) -> (x, slot)` for one layer, rematerialised per `config.remat`."""
+        """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `config.remat`."""
         def run(params, x, slot):
-            x, slot = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
-            return shd.constrain(x, ("batch", "length", "embed")), slot
+            x, slot, load = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
+            return shd.constrain(x, ("batch", "length", "embed")), slot, load
 
         if self.remat == "none":
             return run
         return jax.checkpoint(run, policy=_REMAT[self.remat], prevent_cse=not self.config.scan_layers)
 
     def _unrolled_layers(self, x, positions, mask, inv_freq, kv):
-        new_k, new_v = [], []
+        new_k, new_v, loads = [], [], []
         for i, block in enumerate(self.layers):
             graphdef, params = nnx.split(block)
             slot = None if kv is None else (kv[0][i], kv[1][i])
-            x, slot = self._layer_fn(graphdef, positions, mask, inv_freq)(params, x, slot)
+            x, slot, load = self._layer_fn(graphdef, positions, mask, inv_freq)(params, x, slot)
             if slot is not None:
                 new_k.append(slot[0])
                 new_v.append(slot[1])
-        return x, (None if kv is None else (tuple(new_k), tuple(new_v)))
+            if load is not None:
+                loads.append(load)
+        return x, (None if kv is None else (tuple(new_k), tuple(new_v))), (jnp.stack(loads) if loads else None)
 
     def _scan_layers(self, x, positions, mask, inv_freq, kv):
         graphdef, params = nnx.split(self.layers)
@@ -166,9 +173,11 @@ class Transformer(nnx.Module):
 
         if kv is None:
             def body(x, layer_params):
-                return layer(layer_params, x, None)[0], None
+                x, _, load = layer(layer_params, x, None)
+                return x, load
 
-            return jax.lax.scan(body, x, params)[0], None
+            x, loads = jax.lax.scan(body, x, params)
+            return x, None, loads
 
         # The cache rides in the carry and each layer writes its slot back with a dynamic update
         # slice of the carried buffer (a stacked scan output would allocate a second cache per call).
@@ -176,13 +185,13 @@ class Transformer(nnx.Module):
             x, k, v = carry
             i, layer_params = xs
             slot = (jax.lax.dynamic_index_in_dim(k, i, keepdims=False), jax.lax.dynamic_index_in_dim(v, i, keepdims=False))
-            x, (sk, sv) = layer(layer_params, x, slot)
+            x, (sk, sv), load = layer(layer_params, x, slot)
             k = jax.lax.dynamic_update_index_in_dim(k, sk.astype(k.dtype), i, 0)
             v = jax.lax.dynamic_update_index_in_dim(v, sv.astype(v.dtype), i, 0)
-            return (x, k, v), None
+            return (x, k, v), load
 
-        (x, k, v), _ = jax.lax.scan(body_cached, (x, kv[0], kv[1]), (jnp.arange(self.config.num_layers), params))
-        return x, (k, v)
+        (x, k, v), loads = jax.lax.scan(body_cached, (x, kv[0], kv[1]), (jnp.arange(self.config.num_layers), params))
+        return x, (k, v), loads
 
 
 def align_logits(logits: jax.Array, config: ModelConfig) -> jax.Array:

@@ -1,0 +1,124 @@
+"""Routed experts (LLaDA2 / Ling MoE layers): a sigmoid router with group-limited top-k, grouped
+matmuls over the experts (`jax.lax.ragged_dot`), and always-on shared experts.
+
+Routing, per token (LLaDA2's `LLaDA2MoeGate`):
+  scores = sigmoid(x W) in float32; selection uses scores + `expert_bias`; experts are split into
+  `expert_groups` contiguous groups, a group scores the sum of its two best biased scores, the
+  `top_groups` best groups stay, and the `experts_per_token` best experts among them are chosen.
+  The weights are the chosen experts' *unbiased* scores, normalised to sum 1 (when k > 1), times
+  `routed_scaling`. Ties go to the lower expert (or group) index (`jax.lax.top_k`).
+`expert_bias` only moves the selection (aux-loss-free balancing): it gets no gradient, and the
+trainer nudges it towards balanced loads (`jaxdllm.train.expert_balance`).
+
+Dispatch: the (token, expert) pairs are sorted by expert, each expert's SwiGLU runs on its
+contiguous rows with one `ragged_dot` per projection (XLA's native ragged dot on TPU and GPU;
+a dense emulation on CPU), and the outputs return to their tokens weighted by the routing weights.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdllm.models import quantize
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.layers import MLP, _init
+
+
+class ExpertKernel(nnx.Module):
+    """One projection of every routed expert: `kernel [E, in, out]` (logical `expert, ...`), int8
+    with one scale per expert and output channel (`kernel_scale [E, 1, out]`) when quantized."""
+
+    def __init__(self, shape: tuple[int, int, int], axes: tuple[str | None, ...], *, config: ModelConfig,
+                 rngs: nnx.Rngs):
+        kernel = _init(rngs.params(), shape, config.jnp_param_dtype)
+        self.kernel_scale = nnx.data(None)
+        if config.quantization == "int8":
+            kernel, scale = quantize.quantize_kernel(kernel, (shape[0], 1, shape[2]))
+            self.kernel_scale = nnx.Param(scale, logical_axes=(axes[0], None, axes[2]))
+        self.kernel = nnx.Param(kernel, logical_axes=axes)
+
+    def value(self, dtype) -> jax.Array:
+        """The kernel in `dtype` (dequantized when int8)."""
+        if self.kernel_scale is None:
+            return self.kernel[...].astype(dtype)
+        return quantize.dequantize(self.kernel[...], self.kernel_scale[...], dtype)
+
+
+def route(x: jax.Array, router: jax.Array, expert_bias: jax.Array, config: ModelConfig):
+    """Group-limited top-k routing.
+
+    Args:
+      x: `[T, D]` token activations.
+      router: `[D, E]` router weights; expert_bias: `[E]` selection bias.
+
+    Returns:
+      `(experts [T, k] int32, weights [T, k] float32)`: each token's chosen experts (best first)
+      and their routing weights.
+    """
+    c = config
+    scores = jax.nn.sigmoid(jnp.dot(x.astype(jnp.float32), router.astype(jnp.float32)))  # [T, E]
+    biased = scores + jax.lax.stop_gradient(expert_bias.astype(jnp.float32))
+    if c.expert_groups > 1:
+        t, per_group = x.shape[0], c.num_experts // c.expert_groups
+        group_score = jax.lax.top_k(biased.reshape(t, c.expert_groups, per_group), 2)[0].sum(-1)  # [T, G]
+        kept = jax.lax.top_k(group_score, c.top_groups)[1]  # [T, top_groups]
+        kept_group = jnp.any(kept[..., None] == jnp.arange(c.expert_groups), axis=-2)  # [T, G]
+        biased = jnp.where(jnp.repeat(kept_group, per_group, axis=-1), biased, -jnp.inf)
+    experts = jax.lax.top_k(biased, c.experts_per_token)[1]
+    weights = jnp.take_along_axis(scores, experts, axis=-1)
+    if c.experts_per_token > 1:
+        weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
+    return experts.astype(jnp.int32), weights * c.routed_scaling
+
+
+class MoE(nnx.Module):
+    """Routed SwiGLU experts plus shared experts: `x [B, L, D] -> ([B, L, D], load [E])`, where
+    `load` counts the (token, expert) assignments of each expert in this call."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = self.config = config
+        d, e, m = c.embed_dim, c.num_experts, c.expert_dim
+        self.router = nnx.Param(_init(rngs.params(), (d, e), c.jnp_param_dtype), logical_axes=("embed", None))
+        self.expert_bias = nnx.Param(jnp.zeros((e,), jnp.float32), logical_axes=(None,))
+        self.gate = ExpertKernel((e, d, m), ("expert", None, "mlp"), config=c, rngs=rngs)
+        self.up = ExpertKernel((e, d, m), ("expert", None, "mlp"), config=c, rngs=rngs)
+        self.down = ExpertKernel((e, m, d), ("expert", "mlp", None), config=c, rngs=rngs)
+        self.shared = (MLP(c, width=m * c.num_shared_experts, rngs=rngs) if c.num_shared_experts else None)
+
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        c = self.config
+        b, l, d = x.shape
+        flat = x.reshape(b * l, d)
+        experts, weights = route(flat, self.router[...], self.expert_bias[...], c)
+        routed, load = grouped_swiglu(flat.astype(c.jnp_dtype), experts, weights, self.gate.value(c.jnp_dtype),
+                                      self.up.value(c.jnp_dtype), self.down.value(c.jnp_dtype))
+        y = routed.reshape(b, l, d).astype(x.dtype)
+        if self.shared is not None:
+            y = y + self.shared(x)
+        return y, load
+
+
+def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: jax.Array, up: jax.Array,
+                   down: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`sum_j weights[t, j] * swiglu_{experts[t, j]}(x[t])` with one `ragged_dot` per projection.
+
+    Args:
+      x: `[T, D]`; experts, weights: `[T, k]`; gate, up: `[E, D, M]`; down: `[E, M, D]`.
+
+    Returns:
+      `(y [T, D] float32, load [E] int32)`: the mixed expert outputs and how many rows each
+      expert ran.
+    """
+    t, k = experts.shape
+    num_experts = gate.shape[0]
+    flat_experts = experts.reshape(-1)
+    order = jnp.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
+    rows = x[order // k]
+    load = jnp.bincount(flat_experts, length=num_experts).astype(jnp.int32)
+    dot = lambda a, w: jax.lax.ragged_dot(a, w, load, preferred_element_type=jnp.float32)
+    hidden = (jax.nn.silu(dot(rows, gate)) * dot(rows, up)).astype(x.dtype)
+    out = dot(hidden, down)  # [T*k, D] in expert order
+    out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
+    return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32)), load
