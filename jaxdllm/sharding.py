@@ -1,7 +1,7 @@
 """Sharding by name: logical axis names on parameters, a rules table mapping them to mesh axes.
 
 Mesh axes are `data`, `fsdp`, `tensor`. Parameters carry logical names (`vocab`, `embed`,
-`heads`, `kv_heads`, `head_dim`, `mlp`, `norm`); activations use `batch` and `length`.
+`heads`, `kv_heads`, `head_dim`, `mlp`, `norm`, `expert`); activations use `batch` and `length`.
 
 One rules table is in force at a time: `DEFAULT_RULES`, or the table of `use_rules(rules)`
 (the sampler sets the rules it was given around its compiled loop), which every function here
@@ -39,6 +39,9 @@ DEFAULT_RULES: dict[str, str | tuple[str, ...] | None] = {
     "head_dim": None,
     "mlp": "tensor",
     "norm": None,
+    # Routed experts' leading axis: each fsdp shard holds E / fsdp whole experts (the MoE layer
+    # gathers a layer's experts for its grouped matmuls; see jaxdllm/memory_plan.py).
+    "expert": "fsdp",
 }
 
 

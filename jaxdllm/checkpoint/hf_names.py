@@ -112,13 +112,14 @@ def _llada2_table(c: ModelConfig) -> list[TensorMapping]:
         lp, at = f"model.layers.{i}.", ("layers", i)
         table += [TensorMapping(lp + "input_layernorm.weight", at + ("attn_norm", "scale"), (d,), (d,), False),
                   TensorMapping(lp + "post_attention_layernorm.weight", at + ("mlp_norm", "scale"), (d,), (d,), False)]
-        for ours, first, n in parts:
-            rows = (first * hd, (first + n) * hd)
-            table.append(TensorMapping(lp + "attention.query_key_value.weight", at + ("attn", ours, "kernel"),
-                                       (fused, d), (d, n, hd), True, rows=rows))
-            if c.qkv_bias:
-                table.append(TensorMapping(lp + "attention.query_key_value.bias", at + ("attn", ours, "bias"),
-                                           (fused,), (n, hd), False, rows=rows))
+        # A fused tensor's parts are consecutive in the table: an export writes them into one file.
+        table += [TensorMapping(lp + "attention.query_key_value.weight", at + ("attn", ours, "kernel"),
+                                (fused, d), (d, n, hd), True, rows=(first * hd, (first + n) * hd))
+                  for ours, first, n in parts]
+        if c.qkv_bias:
+            table += [TensorMapping(lp + "attention.query_key_value.bias", at + ("attn", ours, "bias"),
+                                    (fused,), (n, hd), False, rows=(first * hd, (first + n) * hd))
+                      for ours, first, n in parts]
         if c.qk_norm:
             table += [TensorMapping(lp + f"attention.{hf}_layernorm.weight", at + ("attn", ours, "scale"),
                                     (hd,), (hd,), False) for hf, ours in (("query", "q_norm"), ("key", "k_norm"))]

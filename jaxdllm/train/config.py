@@ -232,9 +232,11 @@ class TrainSection:
     seed: int = 0
     compute_dtype: str = "float32"     # bfloat16: bf16 matmuls, float32 master weights
     on_nan: str = "stop"               # "stop": raise with the step number
+    expert_bias_rate: float = 0.001    # MoE models: aux-loss-free balancing step of the routers' bias (0: off)
 
     def __post_init__(self):
         check_fields(self, "[train] ")
+        _check(self.expert_bias_rate >= 0, f"[train] expert_bias_rate must be >= 0, got {self.expert_bias_rate}")
         require_positive_int(self.steps, "[train] steps")
         _check(self.compute_dtype in ("float32", "bfloat16"),
                f"[train] compute_dtype must be float32 or bfloat16, got {self.compute_dtype!r}")

@@ -33,6 +33,7 @@ from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer, special_token_ids
 from jaxdllm.train.config import TrainConfig
 from jaxdllm.train.data_sources import data_source
+from jaxdllm.train.expert_balance import trains_by_gradient
 from jaxdllm.train.lora import LoraConfig
 
 _LORA_SEED_SALT = 0x1042A  # the adapters' init key: fold_in(key(seed), salt)
@@ -161,7 +162,8 @@ def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformatio
         schedule = optax.join_schedules(
             [optax.linear_schedule(0.0, optim.lr, optim.warmup_steps), schedule], [optim.warmup_steps])
     chain = [optax.clip_by_global_norm(optim.clip)] if optim.clip else []
-    chain.append(optax.adamw(schedule, b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay))
+    chain.append(optax.adamw(schedule, b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay,
+                             mask=trains_by_gradient))  # MoE routers' expert_bias: balanced, never decayed
     return optax.chain(*chain), schedule
 
 

@@ -10,22 +10,34 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdllm.data import BATCH_KEYS
 from jaxdllm.sharding import batch_sharding
+from jaxdllm.train.expert_balance import load_metrics, update_expert_bias
 from jaxdllm.train.objectives import Objective, Views
 from jaxdllm.train.setup import SplitModel
 
 
 def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientTransformation, opt_shardings, mesh,
-                    *, grad_accum: int = 1, skip_nan: bool = False):
+                    *, grad_accum: int = 1, skip_nan: bool = False, expert_bias_rate: float = 0.0):
     """`step(trainable, frozen, opt_state, batch, key) -> (trainable, opt_state, metrics)`, jitted.
 
     `batch` is a dict of `[B, L]` arrays (`BATCH_KEYS`), split into `grad_accum` micro-batches;
     gradients and metrics are averaged over them. With `skip_nan`, a step whose loss is not finite
-    leaves the state unchanged. `trainable` and `opt_state` are donated.
+    leaves the state unchanged. `trainable` and `opt_state` are donated. MoE models log their router
+    loads (`expert_load_max`, `expert_load_cv`) and, with `expert_bias_rate > 0`, balance their experts
+    (`jaxdllm.train.expert_balance`).
     """
     def loss_of(trainable, frozen, micro, key):
         model = split.model(trainable, frozen)
-        student = lambda tokens, positions, mask: model(tokens, positions=positions, attention=mask)
-        return objective(Views(student=student, config=model.config), micro, key)
+        loads = []  # MoE: rows per expert of every student call
+
+        def student(tokens, positions, mask):
+            if not model.config.num_experts:
+                return model(tokens, positions=positions, attention=mask)
+            logits, load = model(tokens, positions=positions, attention=mask, return_router_loads=True)
+            loads.append(load)
+            return logits
+
+        loss, metrics = objective(Views(student=student, config=model.config), micro, key)
+        return loss, (metrics, sum(loads) if loads else jnp.zeros((0,), jnp.int32))
 
     grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
@@ -35,19 +47,22 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
 
         def body(acc, xs):
             mb, k = xs
-            (_, metrics), grads = grad_fn(trainable, frozen, mb, k)
-            return jax.tree.map(jnp.add, acc, (grads, metrics)), None
+            (_, aux), grads = grad_fn(trainable, frozen, mb, k)
+            return jax.tree.map(jnp.add, acc, (grads, aux)), None
 
         zeros = jax.tree.map(jnp.zeros_like, trainable)
-        metric_shapes = jax.eval_shape(lambda: grad_fn(trainable, frozen, jax.tree.map(lambda x: x[0], micro),
-                                                       keys[0])[0][1])
-        zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), metric_shapes)
-        (grads, metrics), _ = jax.lax.scan(body, (zeros, zero_metrics), (micro, keys))
+        aux_shapes = jax.eval_shape(lambda: grad_fn(trainable, frozen, jax.tree.map(lambda x: x[0], micro),
+                                                    keys[0])[0][1])
+        zero_aux = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shapes)
+        (grads, (metrics, loads)), _ = jax.lax.scan(body, (zeros, zero_aux), (micro, keys))
         grads = jax.tree.map(lambda g: g / grad_accum, grads)
         metrics = jax.tree.map(lambda m: m / grad_accum, metrics)
         updates, new_opt = tx.update(grads, opt_state, trainable)
         new_trainable = optax.apply_updates(trainable, updates)
         metrics["grad_norm"] = optax.tree_utils.tree_norm(grads)
+        if loads.size:
+            metrics.update(load_metrics(loads))
+            new_trainable = update_expert_bias(new_trainable, loads, expert_bias_rate)
         if skip_nan:  # keep the old state where the loss is not finite
             ok = jnp.isfinite(metrics["loss"])
             new_trainable = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_trainable, trainable)

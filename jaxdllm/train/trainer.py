@@ -93,7 +93,8 @@ class Trainer:
         self.batch_config = setup.batch_config_for(config)
         self.batches = setup.make_batches(config, self.tokenizer, self.objective)
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
-                                        grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip")
+                                        grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip",
+                                        expert_bias_rate=config.train.expert_bias_rate)
 
         self.manager = setup.checkpoint_manager(self.workdir, config.checkpoint)
         self.agreement = agreement_from_recipe(config, self.tokenizer)

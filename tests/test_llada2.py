@@ -1,0 +1,192 @@
+"""LLaDA2 (MoE block diffusion): logits and routing against a torch forward written from the published
+modeling code (tests/llada2_reference.py), grouped matmuls against a dense all-experts mix, checkpoint
+round trips, an 8-device load with experts sharded, and the compiled loop with the `llada2` preset."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+import jaxdllm
+from jaxdllm import ModelConfig, SamplerConfig, generate, sharding
+from jaxdllm.attention import MaskSpec
+from jaxdllm.errors import ConfigError
+from jaxdllm.models.moe import grouped_swiglu, route
+from llada2_reference import TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint
+
+TOL = 1e-4  # the fp32 parity tolerance of tests/test_hf_parity.py
+VARIANTS = {
+    "published": {},
+    "biases": dict(use_qkv_bias=True, use_bias=True),
+    "one-expert-no-shared": dict(num_experts_per_tok=1, num_shared_experts=0),
+    "tied-all-moe-full-rope": dict(tie_word_embeddings=True, first_k_dense_replace=0, partial_rotary_factor=1.0),
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def checkpoint(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"llada2_{request.param}")
+    overrides = VARIANTS[request.param]
+    return path, make_llada2_checkpoint(path, **overrides), dict(TINY, **overrides)
+
+
+def _ids(length=24, batch=2, seed=0):
+    return np.random.RandomState(seed).randint(0, TINY["vocab_size"], (batch, length))
+
+
+def _routing_loads(routing, num_experts):
+    return np.stack([np.bincount(r["experts"].reshape(-1).numpy(), minlength=num_experts) for r in routing])
+
+
+def test_config_json_reads_as_the_published_architecture(checkpoint):
+    path, _, cfg = checkpoint
+    c = jaxdllm.from_pretrained(path).config
+    assert (c.num_experts, c.experts_per_token, c.expert_groups, c.top_groups) == (16, cfg["num_experts_per_tok"], 4, 2)
+    assert (c.attention, c.block_size, c.shift_logits, c.qk_norm) == ("block_causal", 32, False, True)
+    assert c.rope_dim == int(16 * cfg["partial_rotary_factor"])
+    assert c.first_dense_layers == cfg["first_k_dense_replace"]
+
+
+@pytest.mark.parametrize("block", [8, None], ids=["block-causal", "bidirectional"])
+def test_fp32_logits_and_routing_match_torch(checkpoint, block):
+    path, weights, cfg = checkpoint
+    model = jaxdllm.from_pretrained(path)
+    ids = _ids()
+    mask = None if block is None else block_causal_mask(ids.shape[1], block)
+    spec = MaskSpec(kind="bidirectional") if block is None else MaskSpec(kind="block_causal", block_size=block)
+    want, routing = llada2_forward(weights, cfg, torch.as_tensor(ids), mask=mask)
+    logits, loads = model(jnp.asarray(ids), attention=spec, return_router_loads=True)
+    np.testing.assert_allclose(np.asarray(logits), want.numpy(), atol=TOL, rtol=0)
+    np.testing.assert_array_equal(np.asarray(loads), _routing_loads(routing, 16))  # every layer, every expert
+
+
+def test_router_picks_the_same_experts_and_weights_as_torch():
+    c = ModelConfig.preset("tiny-llada2", embed_dim=48)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 48, generator=g)
+    w = {"gate.weight": torch.randn(16, 48, generator=g) * 0.3, "gate.expert_bias": torch.randn(16, generator=g) * 0.05}
+    cfg = dict(num_experts_per_tok=4, n_group=4, topk_group=2, routed_scaling_factor=2.5)
+    want_idx, want_w = _route(x, w, "", cfg)
+    idx, weights = route(jnp.asarray(x.numpy()), jnp.asarray(w["gate.weight"].numpy().T),
+                         jnp.asarray(w["gate.expert_bias"].numpy()), c)
+    np.testing.assert_array_equal(np.asarray(idx), want_idx.numpy())  # same experts, same order (best first)
+    np.testing.assert_allclose(np.asarray(weights), want_w.numpy(), atol=1e-6)
+    assert (np.asarray(weights).sum(-1) == pytest.approx(2.5, abs=1e-5))
+
+
+def test_router_ties_go_to_the_lower_index():
+    """Equal scores: groups and experts with lower indices win (`jax.lax.top_k`). torch's CPU top-k
+    breaks such ties by its selection algorithm (8 equal scores give [6, 5, 4]), not by a rule."""
+    c = ModelConfig.preset("tiny-llada2")
+    x = jnp.ones((3, 64))
+    idx, weights = route(x, jnp.zeros((64, 16)), jnp.zeros((16,)), c)
+    np.testing.assert_array_equal(np.asarray(idx), [[0, 1, 2, 3]] * 3)  # groups 0 and 1, their first experts
+    np.testing.assert_allclose(np.asarray(weights), 2.5 / 4)
+    bias = jnp.zeros((16,)).at[jnp.array([13, 14])].set(1.0)  # group 3 now scores highest
+    idx, _ = route(x, jnp.zeros((64, 16)), bias, c)
+    np.testing.assert_array_equal(np.asarray(idx), [[13, 14, 0, 1]] * 3)
+
+
+def test_grouped_matmuls_equal_a_dense_mix_of_all_experts():
+    rng = np.random.default_rng(0)
+    t, k, e, d, m = 40, 3, 8, 12, 10
+    x = jnp.asarray(rng.standard_normal((t, d)), jnp.float32)
+    experts = jnp.asarray(np.stack([rng.choice(e, k, replace=False) for _ in range(t)]), jnp.int32)
+    weights = jnp.asarray(rng.random((t, k)), jnp.float32)
+    gate, up, down = (jnp.asarray(rng.standard_normal(s) * 0.3, jnp.float32) for s in [(e, d, m), (e, d, m), (e, m, d)])
+    y, load = grouped_swiglu(x, experts, weights, gate, up, down)
+    all_out = jnp.einsum("tem,emd->ted", jax.nn.silu(jnp.einsum("td,edm->tem", x, gate)) * jnp.einsum("td,edm->tem", x, up), down)
+    one_hot = jnp.zeros((t, e)).at[jnp.arange(t)[:, None], experts].add(weights)  # dense routing matrix
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jnp.einsum("ted,te->td", all_out, one_hot)), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(load), np.bincount(np.asarray(experts).reshape(-1), minlength=e))
+
+
+def test_bf16_checkpoint_matches_torch_in_bf16(tmp_path):
+    """bf16: logits of the positions whose routing agrees stay within bf16 noise; a few tokens may
+    route differently in bf16 (the router's inputs differ in their last bits)."""
+    weights = make_llada2_checkpoint(tmp_path, dtype=torch.bfloat16)
+    model = jaxdllm.from_pretrained(tmp_path)
+    assert model.config.param_dtype == "bfloat16"
+    ids = _ids(length=32, batch=2)
+    want, routing = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(32, 8),
+                                   dtype=torch.bfloat16)
+    logits, loads = model(jnp.asarray(ids), attention=MaskSpec(kind="block_causal", block_size=8),
+                          return_router_loads=True)
+    diff = np.abs(np.asarray(logits) - want.numpy()).max(-1)  # [B, L]
+    assert np.mean(diff < 0.06) >= 0.9, diff
+    assert np.mean(np.asarray(logits).argmax(-1) == want.numpy().argmax(-1)) >= 0.95
+    moved = np.abs(np.asarray(loads) - _routing_loads(routing, 16)).sum()
+    assert moved <= 0.1 * np.asarray(loads).sum()  # at most 5 % of assignments move (each move counts twice)
+
+
+def test_round_trip_is_bit_identical_with_fused_qkv_split_across_files(tmp_path):
+    make_llada2_checkpoint(tmp_path / "hf", use_qkv_bias=True, use_bias=True)
+    model = jaxdllm.from_pretrained(tmp_path / "hf")
+    jaxdllm.save_pretrained(model, tmp_path / "one")
+    jaxdllm.save_pretrained(model, tmp_path / "many", max_shard_size="20KB")
+    original = load_file(str(tmp_path / "hf/model.safetensors"))
+    for out in ("one", "many"):
+        files = sorted((tmp_path / out).glob("*.safetensors"))
+        written = {k: v for f in files for k, v in load_file(str(f)).items()}
+        assert sorted(written) == sorted(original)
+        for name, value in original.items():
+            np.testing.assert_array_equal(written[name], value, err_msg=name)
+    assert len(list((tmp_path / "many").glob("*.safetensors"))) > 3
+    again = jaxdllm.from_pretrained(tmp_path / "many")
+    ids = jnp.asarray(_ids())
+    np.testing.assert_array_equal(np.asarray(again(ids)), np.asarray(model(ids)))
+    config = json.loads((tmp_path / "many/config.json").read_text())
+    assert config["model_type"] == "llada2_moe" and config["num_experts"] == 16 and config["n_group"] == 4
+
+
+def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
+    make_llada2_checkpoint(tmp_path, first_k_dense_replace=0)  # identical layers: scan can stack them
+    plain = jaxdllm.from_pretrained(tmp_path)
+    scanned = jaxdllm.from_pretrained(tmp_path, scan_layers=True)
+    ids = jnp.asarray(_ids())
+    np.testing.assert_allclose(np.asarray(scanned(ids)), np.asarray(plain(ids)), atol=1e-5)
+    jaxdllm.save_pretrained(scanned, tmp_path / "back")
+    np.testing.assert_array_equal(load_file(str(tmp_path / "back/model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"],
+                                  load_file(str(tmp_path / "model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"])
+    int8 = jaxdllm.from_pretrained(tmp_path, quantization="int8")
+    assert int8.layers[1].mlp.gate.kernel[...].dtype == jnp.int8
+    assert int8.layers[1].mlp.gate.kernel_scale[...].shape == (16, 1, 32)  # per expert, per output channel
+    agree = np.mean(np.asarray(int8(ids)).argmax(-1) == np.asarray(plain(ids)).argmax(-1))
+    assert agree >= 0.9
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
+    weights = make_llada2_checkpoint(tmp_path)
+    mesh = sharding.make_mesh(data=1, fsdp=4, tensor=2)
+    model = jaxdllm.from_pretrained(tmp_path, mesh=mesh)
+    kernel = model.layers[1].mlp.gate.kernel[...]
+    assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp", None, "tensor")
+    assert {s.data.shape for s in kernel.addressable_shards} == {(4, 64, 16)}  # 16 experts / 4, width 32 / 2
+    ids = _ids()
+    want, _ = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(24, 32))
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))), want.numpy(), atol=TOL)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda m, x: m(x))(model, jnp.asarray(ids))), want.numpy(), atol=TOL)
+
+
+def test_moe_config_errors_say_what_to_change():
+    with pytest.raises(ConfigError, match="multiple of expert_groups"):
+        ModelConfig.preset("tiny-llada2", num_experts=15)
+    with pytest.raises(ConfigError, match="top_groups"):
+        ModelConfig.preset("tiny-llada2", top_groups=5)
+    with pytest.raises(ConfigError, match="exceeds the experts"):
+        ModelConfig.preset("tiny-llada2", experts_per_token=9)
+    with pytest.raises(ConfigError, match="scan_layers"):
+        ModelConfig.preset("tiny-llada2", scan_layers=True)
+    with pytest.raises(ConfigError, match="rotary_fraction"):
+        ModelConfig.preset("tiny-llada2", rotary_fraction=0.1)
+
+
+def test_published_sizes():
+    mini, flash = ModelConfig.preset("llada2-mini"), ModelConfig.preset("llada2-flash")
+    assert 16.0e9 < mini.num_params < 16.5e9 and 1.3e9 < mini.active_params < 1.5e9
+    assert 100e9 < flash.num_params < 105e9 and 5.9e9 < flash.active_params < 6.3e9
