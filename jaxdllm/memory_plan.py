@@ -35,17 +35,21 @@ class Runtime:
     hbm_gib: float
     host_ram_gib: float
     note: str = ""
+    hbm_gbps: float = 0.0  # each device's HBM bandwidth (GB/s; 0: not recorded), for bandwidth floors
 
 
 # Per JAX device (a v2 core, a v4/v5p megacore chip, a v5e/v6e chip). Colab's TPU runtimes are
 # v5e-1, v6e-1 and the legacy v2-8; a process is killed past about 12 GiB of host RAM there.
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
-    Runtime("v5e-1", 1, 16, 12, "Colab TPU v5e-1"),
-    Runtime("v6e-1", 1, 32, 12, "Colab TPU v6e-1"),
+    Runtime("v5e-1", 1, 16, 12, "Colab TPU v5e-1", 819),
+    Runtime("v6e-1", 1, 32, 12, "Colab TPU v6e-1", 1640),
     Runtime("v2-8", 8, 8, 12, "Colab's legacy TPU v2-8 (4 chips, 8 cores)"),
-    Runtime("v5e-8", 8, 16, 188, "Cloud TPU v5e-8"),
-    Runtime("v4-32", 16, 32, 400, "Cloud TPU v4-32 (16 chips)"),
-    Runtime("v5p-8", 4, 95, 400, "Cloud TPU v5p-8 (4 chips)"),
+    Runtime("v5e-8", 8, 16, 188, "Cloud TPU v5e-8", 819),
+    Runtime("v5e-16", 16, 16, 376, "Cloud TPU v5e-16 (2 hosts)", 819),
+    Runtime("v5e-32", 32, 16, 752, "Cloud TPU v5e-32 (4 hosts)", 819),
+    Runtime("v4-32", 16, 32, 400, "Cloud TPU v4-32 (16 chips)", 1200),
+    Runtime("v5p-8", 4, 95, 400, "Cloud TPU v5p-8 (4 chips)", 2765),
+    Runtime("v5p-16", 8, 95, 800, "Cloud TPU v5p-16 (8 chips, 2 hosts)", 2765),
 )}
 
 
@@ -182,7 +186,11 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     caches and draft-and-verify: K and V of every layer over the canvas, plus one verify layout
     for the latter); `logits` (float32 over the decoded span, and their probabilities); `activations` (the largest layer of the widest
     forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
-    `platform`); `decode_state` (canvas, commit steps and masks).
+    `platform`); `decode_state` (canvas, commit steps and masks). MoE models add `moe_dispatch`:
+    the widest MoE layer's routed rows. Experts shard over `fsdp` (the `expert` rule) and XLA runs
+    each device's experts on every token of the step, so the rows are the whole batch's: the gathered
+    inputs, the float32 gate/up/down outputs of `experts_per_token` rows per token, and the router's
+    float32 scores.
     """
     c = with_weights(config, dtype)
     act = _itemsize(c.dtype)
@@ -203,6 +211,10 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
                         + (0 if _flash(c, platform) else rows * heads_local * width * slots * 4)),
         "decode_state": rows * total * 16,
     }
+    if c.num_experts:
+        routed = batch * width * c.experts_per_token  # every token of the step, on every expert shard
+        terms["moe_dispatch"] = (routed * (c.embed_dim * (act + 4) + 2 * _local(c.expert_dim, mesh.tensor) * 4)
+                                 + batch * width * c.num_experts * 4)
     notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)
     return MemoryPlan(f"sampling {sampler.policy.name}/{sampler.cache.name}, batch {batch}, prompt {prompt_len}"
                       f" + {sampler.gen_length}", str(mesh), terms, notes)
@@ -260,6 +272,26 @@ def _lora_bytes(config: ModelConfig, lora, mesh: MeshShape) -> int:
     shapes = _projection_widths(config)
     per_layer = sum((i + o) * lora.rank for name, (i, o) in shapes.items() if name in lora.targets)
     return -(-config.num_layers * per_layer * 4 // mesh.fsdp)
+
+
+def expected_experts_touched(config: ModelConfig, tokens: int) -> float:
+    """Distinct routed experts a forward over `tokens` tokens runs in one MoE layer, expected under
+    uniform routing (each token picks `experts_per_token` of `num_experts`): `E (1 - (1 - k/E)^T)`."""
+    e, k = config.num_experts, config.experts_per_token
+    return e * (1 - (1 - k / e) ** tokens) if e else 0.0
+
+
+def step_weight_bytes(config: ModelConfig, tokens: int, dtype: str | None = None) -> int:
+    """Weight bytes a forward over `tokens` tokens reads from memory (all devices together): every
+    parameter except the routed experts, plus the experts it is expected to run
+    (`expected_experts_touched`). For a dense model, all the weights. `dtype`: as `with_weights`."""
+    c = with_weights(config, dtype)
+    total = parameter_bytes(c)
+    if not c.num_experts:
+        return total
+    per_expert = 3 * c.embed_dim * c.expert_dim * (1 if c.quantization == "int8" else _itemsize(c.param_dtype))
+    untouched = c.num_experts - expected_experts_touched(c, tokens)
+    return int(total - c.num_moe_layers * untouched * per_expert)
 
 
 def runtime_mesh(runtime: Runtime, tensor: int = 1) -> MeshShape:

@@ -3,6 +3,7 @@ modeling code (tests/llada2_reference.py), grouped matmuls against a dense all-e
 round trips, an 8-device load with experts sharded, and the compiled loop with the `llada2` preset."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -170,7 +171,14 @@ def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
     ids = _ids()
     want, _ = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(24, 32))
     np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))), want.numpy(), atol=TOL)
-    np.testing.assert_allclose(np.asarray(jax.jit(lambda m, x: m(x))(model, jnp.asarray(ids))), want.numpy(), atol=TOL)
+    forward = jax.jit(lambda m, x: m(x))
+    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(ids))), want.numpy(), atol=TOL)
+    # Experts stay where they are: XLA moves the step's tokens to the experts (gathers activations,
+    # sums expert outputs), never an expert kernel to the tokens.
+    hlo = forward.lower(model, jnp.asarray(ids)).compile().as_text()
+    gathered = re.findall(r"= \w+\[([\d,]+)\][^=]*? all-gather\(", hlo)
+    assert gathered, "expected the token and attention-weight gathers of an fsdp mesh"
+    assert not [g for g in gathered if g.split(",")[0] == "16" and len(g.split(",")) == 3], gathered
 
 
 def test_moe_config_errors_say_what_to_change():
@@ -190,3 +198,21 @@ def test_published_sizes():
     mini, flash = ModelConfig.preset("llada2-mini"), ModelConfig.preset("llada2-flash")
     assert 16.0e9 < mini.num_params < 16.5e9 and 1.3e9 < mini.active_params < 1.5e9
     assert 100e9 < flash.num_params < 105e9 and 5.9e9 < flash.active_params < 6.3e9
+
+
+def test_llada2_preset_runs_the_compiled_loop(tmp_path):
+    """The `llada2` preset on a tiny LLaDA2 checkpoint: one compiled loop; each row equals decoding it
+    alone (padding included); ragged prompt lists get an error saying how to pad."""
+    make_llada2_checkpoint(tmp_path)
+    model = jaxdllm.from_pretrained(tmp_path)
+    config = SamplerConfig.preset("llada2", gen_length=64)
+    assert (config.block_length, config.policy.name, config.threshold, config.stop_at_eos) == (32, "threshold", 0.95, True)
+    with pytest.raises(jaxdllm.errors.InputError, match="differ in length"):
+        generate(model, [[5, 6, 7, 8, 9], [10, 11, 12]], config)
+    prompts = np.array([[5, 6, 7, 8, 9], [0, 0, 10, 11, 12]])
+    batch = generate(model, prompts, config, attention_mask=np.array([[1] * 5, [0, 0, 1, 1, 1]]))
+    for row, prompt in enumerate([[5, 6, 7, 8, 9], [10, 11, 12]]):
+        alone = generate(model, [prompt], config)
+        np.testing.assert_array_equal(batch.generated[row], alone.generated[0])
+        assert 1 <= int(batch.nfe[row]) == int(alone.nfe[0]) <= 64
+    assert batch.generated.shape == (2, 64)

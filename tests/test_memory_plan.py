@@ -15,13 +15,14 @@ TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads
             param_dtype="float32", dtype="float32")
 
 
+@pytest.mark.parametrize("model", ["tiny-llada", "tiny-llada2"])
 @pytest.mark.parametrize("quantization", [None, "int8"])
 @pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2)])
-def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization):
+def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization, model):
     if jax.device_count() < 8:
         pytest.skip("needs 8 (fake) devices")
     data, fsdp, tensor = mesh_shape
-    config = ModelConfig.preset("tiny-llada", **TINY, quantization=quantization)
+    config = ModelConfig.preset(model, **TINY, quantization=quantization)
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
     model = sharding.shard_model(Transformer(config, rngs=nnx.Rngs(0)), mesh)
     per_device: dict = {}
@@ -54,6 +55,22 @@ def test_the_plan_is_within_15_percent_of_xla():
     got = xla(lower_train_step(recipe, config, mesh, rows=8, seq_len=128).compile())
     plan = training_plan(config, recipe, platform="cpu").total
     assert abs(plan / got - 1) < 0.15, (plan, got)
+
+
+def test_moe_step_reads_follow_the_experts_a_step_runs():
+    """LLaDA2.0-mini: parameters and active parameters from the config alone (16.3B / 1.43B), and the
+    weights one forward reads: one token runs 8 of 256 experts per layer, a 32-token block about 163,
+    a whole canvas all of them (uniform routing)."""
+    from jaxdllm.memory_plan import expected_experts_touched, step_weight_bytes
+
+    mini = ModelConfig.preset("llada2-mini")
+    assert parameter_bytes(mini) == mini.num_params * 2 + 19 * 256 * 2  # bf16; the routers' biases stay float32
+    assert expected_experts_touched(mini, 1) == pytest.approx(8)
+    assert expected_experts_touched(mini, 32) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 32))
+    one = step_weight_bytes(mini, 1)
+    expert = 3 * 2048 * 512 * 2
+    assert one == pytest.approx(parameter_bytes(mini) - 19 * (256 - 8) * expert, rel=1e-9)
+    assert step_weight_bytes(mini, 10_000) == pytest.approx(parameter_bytes(mini), rel=1e-6)
 
 
 def test_llada_8b_on_the_colab_runtimes():

@@ -129,3 +129,21 @@ def test_a_lora_step_with_accumulation_lowers_for_tpu():
     recipe = _recipe({"kind": "certainty_forcing"}, grad_accum=2, lora_rank=16)
     facts = program_facts(export_train_step(recipe, config, mesh, rows=8, seq_len=256))
     assert facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
+
+
+@pytest.mark.parametrize("mesh_shape,weights", [((1, 1, 1), "int8"),
+                                                pytest.param((1, 8, 1), "bfloat16", marks=pytest.mark.slow)],
+                         ids=["v6e-1-int8", "v5e-8-bf16"])
+def test_llada2_mini_decoding_loop_lowers_for_tpu(mesh_shape, weights):
+    """LLaDA2.0-mini at its real shape (16B parameters, 256 experts, abstract weights) with the `llada2`
+    preset and the exact block cache: int8 on one chip (what fits a v6e-1), bf16 with experts over an
+    8-way fsdp axis (a v5e-8). The routed experts lower to XLA's ragged dot, not a loop over experts."""
+    data, fsdp, tensor = mesh_shape
+    mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
+    config = ModelConfig.preset("llada2-mini", quantization="int8" if weights == "int8" else None)
+    model = abstract_model(config, mesh)
+    assert model.layers[1].mlp.gate.kernel.get_value().shape == (256, 2048, 512)
+    exported = Sampler(model).export((fsdp, 128), SamplerConfig.preset("llada2", cache="block"), platform="tpu")
+    _check(program_facts(exported))
+    text = exported.mlir_module()
+    assert text.count('stablehlo.composite "chlo.ragged_dot"') >= 3 * config.num_moe_layers  # gate, up, down

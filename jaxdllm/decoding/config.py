@@ -243,6 +243,11 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # Dream-v0-Instruct-7B's published generation settings (GSM8K-style): 256 tokens, 256 steps,
     # entropy ordering, greedy tokens.
     "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),
+    # LLaDA2.0 (MoE block diffusion) generate(): blocks of 32 with 32 steps each, i.e. at least one
+    # token per step plus every masked position whose top-1 probability clears 0.95; greedy; a row
+    # stops at its EOS. (The published loop finishes the EOS's block before stopping and starts
+    # decoding in the block holding the prompt's end; here generation starts on a block boundary.)
+    "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95, stop_at_eos=True),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
     "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
     # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the

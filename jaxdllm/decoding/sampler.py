@@ -80,8 +80,12 @@ def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=No
 def check_inputs(model_config, input_ids, attention_mask) -> None:
     """Errors in the arrays a user passes (`input_ids [B, Lp]`, `attention_mask [B, Lp]` or None),
     each naming the row: float or bool ids, ids outside the vocabulary, a mask row with no token,
-    mask values other than 0/1, and left-padded rows passed without a mask."""
-    ids = np.asarray(input_ids)
+    mask values other than 0/1, left-padded rows passed without a mask, and rows of different lengths."""
+    try:
+        ids = np.asarray(input_ids)
+    except ValueError as e:  # a list of prompts of different lengths
+        raise InputError(f"input_ids rows differ in length ({e}); left-pad them to one length and pass "
+                         "attention_mask (0 for padding), or pass the tokenizer's batch: tok(texts)") from None
     if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"input_ids must be integer token ids, got dtype {ids.dtype} (a float array would be "
                          "truncated): pass the tokenizer's ids, e.g. tok(texts).ids")

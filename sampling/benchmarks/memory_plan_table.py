@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 from jaxdllm import ModelConfig, SamplerConfig
-from jaxdllm.memory_plan import GIB, RUNTIMES, runtime_mesh, sampling_plan, training_plan
+from jaxdllm.memory_plan import (GIB, RUNTIMES, expected_experts_touched, runtime_mesh, sampling_plan,
+                                 step_weight_bytes, training_plan)
 from jaxdllm.shipped import recipe_path
 from jaxdllm.train import TrainConfig
 
@@ -25,6 +26,9 @@ SAMPLING = [  # (model preset, sampler preset, weights: a dtype or int8)
     ("dream-7b", "dream", "int8"), ("qwen2.5-7b", "jacobi-forcing", "int8"),
 ]
 SAMPLING_RUNTIMES = ["v5e-1", "v6e-1", "v2-8", "v5e-8"]
+# LLaDA2 (MoE): the published sampler, with and without the exact block cache (K/V of finished blocks).
+MOE = [("llada2-mini", ["v5e-1", "v6e-1", "v5e-8"]), ("llada2-flash", ["v5p-8", "v5p-16", "v5e-16", "v5e-32"])]
+MOE_PROMPT = 512
 TRAINING = [("llada8b_sft_gsm8k", "llada-8b"), ("llada8b_lora_gsm8k", "llada-8b"),
             ("dparallel_llada8b", "llada-8b"), ("dparallel_dream7b", "dream-7b"),
             ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b")]
@@ -35,9 +39,41 @@ def cell(plan, runtime) -> str:
     return f"{plan.total / GIB:.1f} {'fits' if plan.fits(runtime) else '**no**'}"
 
 
+def moe_rows(report: dict) -> list[str]:
+    """The LLaDA2 table: GiB per device, and the weight bytes one decoding step reads (batch 1 per device)."""
+    lines = [f"| model, cache, weights (prompt {MOE_PROMPT} + 256, batch 1 per device) | runtime | weights / device "
+             "| KV / device | total / device | fits | weights read per step (all devices) | HBM floor per step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for model, runtimes in MOE:
+        config = ModelConfig.preset(model)
+        for cache in ("none", "block"):
+            sampler = SamplerConfig.preset("llada2", cache=cache)
+            for dtype in ("bfloat16", "int8"):
+                for name in runtimes:
+                    runtime = RUNTIMES[name]
+                    mesh = runtime_mesh(runtime)
+                    plan = sampling_plan(config, sampler, batch=runtime.devices, prompt_len=MOE_PROMPT, mesh=mesh,
+                                         dtype=dtype)
+                    # a step forwards the current block (block cache) or the whole canvas (no cache) of every row
+                    tokens = runtime.devices * (sampler.block_length if cache == "block" else MOE_PROMPT + 256)
+                    read = step_weight_bytes(config, tokens, dtype)
+                    floor_ms = read / runtime.devices / (runtime.hbm_gbps * 1e9) * 1e3
+                    report["moe"].append({"model": model, "cache": cache, "weights": dtype, "runtime": name,
+                                          "tokens_per_step": tokens,
+                                          "experts_touched_per_layer": expected_experts_touched(config, tokens),
+                                          "weight_bytes_read_per_step": read, "hbm_floor_ms": floor_ms,
+                                          **plan.to_dict()})
+                    lines.append(f"| {model}, `{cache}`, {'bf16' if dtype == 'bfloat16' else dtype} | {name} | "
+                                 f"{plan.terms['weights'] / GIB:.1f} | {plan.terms['kv_cache'] / GIB:.2f} | "
+                                 f"{plan.total / GIB:.1f} | {'yes' if plan.fits(runtime) else '**no**'} | "
+                                 f"{read / GIB:.1f} GiB ({expected_experts_touched(config, tokens):.0f} of "
+                                 f"{config.num_experts} experts per layer) | {floor_ms:.1f} ms |")
+    return lines
+
+
 def main():
     report = {"what": "per-device GiB from shapes and sharding rules (jaxdllm.memory_plan); fits = within 90 % "
-                      "of one device's HBM", "sampling": [], "training": []}
+                      "of one device's HBM", "sampling": [], "training": [], "moe": []}
     lines = ["| model, sampler, weights (prompt 256, batch 1 per device) | " + " | ".join(
         f"{r} ({RUNTIMES[r].hbm_gib:g} GiB)" for r in SAMPLING_RUNTIMES) + " |",
         "|---|" + "---|" * len(SAMPLING_RUNTIMES)]
@@ -77,7 +113,8 @@ def main():
                          f"**no** ({plan.total / GIB:.1f} at one row per device)")
         lines.append(f"| `{recipe_name}` ({recipe.data.batch_size} x {recipe.data.seq_len}"
                      f"{', LoRA r ' + str(recipe.lora.rank) if recipe.lora.enabled else ''}) | " + " | ".join(cells) + " |")
-    print("\n".join(lines))
+    print("\n".join(lines) + "\n")
+    print("\n".join(moe_rows(report)))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=1))
     print(f"\nwrote {OUT}")
