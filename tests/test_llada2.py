@@ -216,3 +216,77 @@ def test_llada2_preset_runs_the_compiled_loop(tmp_path):
         np.testing.assert_array_equal(batch.generated[row], alone.generated[0])
         assert 1 <= int(batch.nfe[row]) == int(alone.nfe[0]) <= 64
     assert batch.generated.shape == (2, 64)
+
+
+def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold, max_post_steps):
+    """LLaDA2.1's generate with token editing, batch 1, written from the published description
+    (architectures.md): returns (tokens, forwards, edits). MASK is never a prediction (jaxdllm's rule)."""
+    mask_id = TINY["mask_token_id"]
+    x = torch.tensor([list(prompt) + [mask_id] * gen])
+    forwards = edits = 0
+    for blk in range(len(prompt) // block, (len(prompt) + gen) // block):
+        end, post = (blk + 1) * block, 0
+        while True:
+            old = x[:, end - block:end].clone()
+            masked = old == mask_id
+            post += int(not masked.any())
+            if post > max_post_steps:
+                break
+            forwards += 1
+            logits = llada2_forward(w, TINY, x[:, :end], mask=block_causal_mask(end, block))[0][:, -block:].double()
+            logits[..., mask_id] = -float("inf")
+            probs = logits.softmax(-1)
+            tokens = probs.argmax(-1)
+            p = probs.gather(-1, tokens[..., None])[..., 0]
+            commit = (p > threshold) & masked
+            if masked.any() and not commit.any():
+                commit[0, torch.where(masked, p, -1.0)[0].argmax()] = True
+            edit = ~masked & (p > editing_threshold) & (tokens != old)
+            edits += int(edit.sum())
+            x[:, end - block:end] = torch.where(commit | edit, tokens, old)
+            if not masked.any() and not edit.any():
+                break
+    return x[0].numpy(), forwards, edits
+
+
+@pytest.mark.parametrize("scale,threshold,editing_threshold,max_post_steps", [(6, 0.5, 0.3, 16), (10, 0.7, 0.5, 4)])
+def test_token_editing_equals_the_published_loop(tmp_path, scale, threshold, editing_threshold, max_post_steps):
+    """LLaDA2.1's `token_editing` policy in the compiled loop against the published loop (torch model,
+    torch loop), on a checkpoint whose LM head is scaled so that tokens get committed, then edited:
+    same tokens and same forwards, for each row of a batch."""
+    from safetensors.torch import save_file
+
+    weights = make_llada2_checkpoint(tmp_path)
+    weights["lm_head.weight"] = weights["lm_head.weight"] * scale  # confident predictions: commits and edits
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    model = jaxdllm.from_pretrained(tmp_path)
+    config = SamplerConfig(gen_length=64, block_length=32, policy="token_editing", threshold=threshold,
+                           editing_threshold=editing_threshold, max_post_steps=max_post_steps)
+    prompts = np.random.RandomState(1).randint(0, 150, (2, 32))  # whole blocks: no padding
+    out = generate(model, prompts, config)
+    for row, prompt in enumerate(prompts):
+        tokens, forwards, edits = _published_editing_loop(weights, prompt, 64, 32, threshold, editing_threshold,
+                                                          max_post_steps)
+        assert edits > 0  # the comparison covers edits
+        np.testing.assert_array_equal(out.tokens[row], tokens)
+        assert int(out.nfe[row]) == forwards
+
+
+def test_llada2_1_preset_holds_the_published_settings():
+    config = SamplerConfig.preset("llada2.1")
+    assert (config.policy.name, config.threshold, config.editing_threshold, config.max_post_steps) == (
+        "token_editing", 0.95, 0.9, 16)
+    assert config.block_length == 32 and config.stop_at_eos
+    with pytest.raises(ConfigError, match="max_post_steps"):
+        SamplerConfig.preset("llada2.1", max_post_steps=-1)
+
+
+def test_a_bidirectional_llada2_layout_model_keeps_its_attention_through_export(tmp_path):
+    from flax import nnx
+
+    config = ModelConfig.preset("tiny-llada2", attention="bidirectional", block_size=None)
+    model = jaxdllm.Transformer(config, rngs=nnx.Rngs(0))
+    jaxdllm.save_pretrained(model, tmp_path)
+    back = jaxdllm.from_pretrained(tmp_path)
+    assert back.config.attention == "bidirectional"
+    assert jaxdllm.from_pretrained(tmp_path, attention="block_causal", block_size=8).config.block_size == 8

@@ -17,6 +17,7 @@ SUPPORTED_MODEL_TYPES = ("llada", "qwen2", "dream", "llama", "llada2_moe")
 # LLaDA2's published generation code decodes in blocks of 32; its config.json does not say.
 LLADA2_BLOCK_SIZE = 32
 _LLADA2_VOCAB = 157184
+ATTENTION_KEY = "jaxdllm_attention"  # config.json key for an LLaDA2-layout model that is not block-causal
 _LLADA2_IDS = dict(mask_token_id=156895, eos_token_id=156892, pad_token_id=156892)
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
@@ -175,7 +176,7 @@ def _llada2_config(raw: dict, where: str) -> ModelConfig:
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
         mlp_dim=raw.get("intermediate_size") or raw.get("moe_intermediate_size") or raw["hidden_size"] * 4,
-        attention="block_causal", block_size=int(raw.get("block_size") or LLADA2_BLOCK_SIZE),
+        attention=raw.get(ATTENTION_KEY, "block_causal"), block_size=int(raw.get("block_size") or LLADA2_BLOCK_SIZE),
         qkv_bias=bool(raw.get("use_qkv_bias", False)), out_bias=bool(raw.get("use_bias", True)),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), rope_theta=theta, rope_scaling=scaling,
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)), max_position=int(raw.get("max_position_embeddings", 16384)),
@@ -198,6 +199,10 @@ def _llada2_to_hf(c: ModelConfig, out: dict) -> None:
                    routed_scaling_factor=c.routed_scaling)
     if c.block_size != LLADA2_BLOCK_SIZE or "block_size" in out:
         out["block_size"] = c.block_size
+    if c.attention != "block_causal":  # a model trained otherwise (LLaDA2 checkpoints are block-causal)
+        out[ATTENTION_KEY] = c.attention
+    else:
+        out.pop(ATTENTION_KEY, None)
     out.setdefault("architectures", ["LLaDA2MoeModelLM"])
 
 

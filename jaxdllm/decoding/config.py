@@ -246,8 +246,13 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # LLaDA2.0 (MoE block diffusion) generate(): blocks of 32 with 32 steps each, i.e. at least one
     # token per step plus every masked position whose top-1 probability clears 0.95; greedy; a row
     # stops at its EOS. (The published loop finishes the EOS's block before stopping and starts
-    # decoding in the block holding the prompt's end; here generation starts on a block boundary.)
+    # decoding in the block holding the prompt's end; here generation starts on a block boundary.
+    # jaxdllm/models/llada2.py lists the differences.)
     "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95, stop_at_eos=True),
+    # LLaDA2.1: the same mask commits plus token editing (committed tokens re-decided above 0.9, a
+    # block held open for up to 16 mask-free steps while edits continue).
+    "llada2.1": SamplerConfig(gen_length=256, block_length=32, policy="token_editing", threshold=0.95,
+                              editing_threshold=0.9, max_post_steps=16, stop_at_eos=True),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
     "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
     # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the

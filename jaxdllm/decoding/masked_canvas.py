@@ -49,8 +49,9 @@ class Diffusion:
 
     def max_steps(self, config) -> int:
         # Every step commits at least one token of every active row, so G + blocks steps always
-        # suffice; the bound only guards against a policy bug.
-        return config.gen_length + config.num_blocks
+        # suffice (plus what a policy that holds blocks open adds); the bound only guards against a
+        # policy bug.
+        return config.gen_length + config.num_blocks * (1 + config.policy.extra_steps_per_block())
 
     def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by G MASK; rows with `valid [B]` False start done."""
@@ -76,11 +77,16 @@ class Diffusion:
             answer_logits, logits = logits, jax.lax.dynamic_slice_in_dim(logits, state.block * bl, bl, axis=1)
 
         candidates = slice_window(state.undecided, start, bl) & ~state.done[:, None]
-        nfe = state.nfe + passes * candidates.any(1).astype(jnp.int32)
+        working = candidates.any(1)
+        holding = policy.holding(state.policy_state)
+        if holding is not None:  # rows still re-deciding a block with no mask left also pay for this forward
+            working = working | (holding & ~state.done)
+        nfe = state.nfe + passes * working.astype(jnp.int32)
         ctx = StepContext(config=config, block=state.block, block_step=state.block_step,
                           key=jax.random.fold_in(state.key, state.step), state=state.policy_state,
                           eos_eot_ids=lay.eos_eot, eos_id=lay.eos_id, policy_params=policy_params,
-                          answer_logits=answer_logits, undecided=state.undecided[:, lay.prompt_len:])
+                          answer_logits=answer_logits, undecided=state.undecided[:, lay.prompt_len:],
+                          block_tokens=slice_window(state.canvas, start, bl), decoding=~state.done)
         decision = policy.commit(logits, candidates, ctx)
 
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
@@ -92,8 +98,14 @@ class Diffusion:
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
 
-        state = state.replace(done=state.done | ~state.undecided.any(1))  # e.g. an end-of-text cut decided it all
+        holding = policy.holding(decision.state)
+        finished = ~state.undecided.any(1)  # e.g. an end-of-text cut decided it all
+        if holding is not None:
+            finished = finished & ~holding
+        state = state.replace(done=state.done | finished)
         block_full = ~(slice_window(state.undecided, start, bl) & ~state.done[:, None]).any()
+        if holding is not None:
+            block_full = block_full & ~(holding & ~state.done).any()
         block = state.block + block_full.astype(jnp.int32)
         state = state.replace(done=state.done | (block >= config.num_blocks), block=block,
                               block_step=jnp.where(block_full, 0, state.block_step + 1))

@@ -38,14 +38,14 @@ Routing (`jaxdllm.models.moe.route`): float32 sigmoid scores; selection on score
 limited to the `topk_group` groups whose two best biased scores sum highest; weights are the
 chosen experts' unbiased scores normalised to 1, times 2.5. Ties go to the lower index.
 
-Decoding (`SamplerConfig.preset("llada2")`): blocks of 32, 32 steps per block (at least one token
-per step, and every masked token above 0.95), greedy, stop at EOS. Differences from the published
-`generate`: generation starts on a block boundary (the prompt is left-padded to whole blocks, the
-batch decodes one block schedule) where the published loop starts in the block holding the
-prompt's end; a row stops as soon as its EOS and everything before it are decided, where the
-published loop finishes the EOS's block. LLaDA2.1's token editing (re-deciding committed tokens
-above `editing_threshold`, blocks held open for up to `max_post_steps`) is not implemented: the
-loop advances a block once none of its positions is masked.
+Decoding: `SamplerConfig.preset("llada2")` (2.0): blocks of 32, 32 steps per block (at least one
+token per step, and every masked token above 0.95), greedy, stop at EOS. `preset("llada2.1")`: the
+same commits plus token editing (policy `token_editing`: a committed token of the block whose top-1
+now differs, above 0.9, is replaced; a block stays open while edits continue, up to 16 mask-free
+steps). Differences from the published `generate`: generation starts on a block boundary (the
+prompt is left-padded to whole blocks, the batch decodes one block schedule) where the published
+loop starts in the block holding the prompt's end; a row stops as soon as its EOS and everything
+before it are decided, where the published loop finishes the EOS's block; MASK is never predicted.
 """
 
 # Hugging Face checkpoint names -> model presets of the same shape.

@@ -11,6 +11,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `prophet` | Prophet | LLaDA + early commit on a logit gap |
 | `learn2pd` | Learn2PD | a learned filter + end-of-text prediction |
 | `dream` | Dream | `diffusion_generate`'s timestep schedule and algorithms |
+| `token_editing` | LLaDA2.1 | threshold commits + re-deciding committed tokens of the block |
 | `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
 
@@ -34,17 +35,19 @@ from jaxdllm.decoding.policies.lookahead import Lookahead
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
 from jaxdllm.decoding.policies.threshold import Threshold
+from jaxdllm.decoding.policies.token_editing import TokenEditing
 from jaxdllm.registry import Registry
 
 POLICIES: Registry[Policy] = Registry("policy")
 register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(policy=cls.name)
 policy_class = POLICIES.lookup
 
-for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead):
+for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead,
+             TokenEditing):
     register_policy(_cls)
 
 
 __all__ = ["Commit", "ConfidencePolicy", "Credit", "DraftVerifyPolicy", "Dream", "Entropy", "Factor", "Jacobi",
            "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
-           "StepContext", "Threshold", "VerifyLayout", "choose_tokens", "dream_timesteps", "policy_class",
+           "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps", "policy_class",
            "rank_among", "register_policy", "scheduled_count", "token_confidence"]

@@ -8,7 +8,8 @@ it the current block's logits and calls
 
 `candidates` marks the block's undecided positions in rows that are still decoding. The commit
 must be a subset of `candidates` holding at least one position per row that has a candidate, so
-every step makes progress. What a policy may ask for (class attributes):
+every step makes progress (a policy that `holding` reports on may also re-decide the block's decided
+positions: LLaDA2.1's token editing). What a policy may ask for (class attributes):
 
 * `method`: which canvas it decodes (`"diffusion"`: MASK until committed; `"draft"`: draft
   tokens verified against greedy decoding, the `DraftVerifyPolicy` interface of
@@ -47,6 +48,8 @@ class StepContext:
         `needs_params`).
       answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
       undecided: `[B, G]` the whole answer's undecided positions before this step.
+      block_tokens: `[B, L]` the block's tokens before this step (MASK where undecided).
+      decoding: `[B]` rows still decoding (not done).
     """
 
     config: Any
@@ -59,6 +62,8 @@ class StepContext:
     policy_params: Any = None
     answer_logits: jax.Array | None = None
     undecided: jax.Array | None = None
+    block_tokens: jax.Array | None = None
+    decoding: jax.Array | None = None
 
 
 class Commit(NamedTuple):
@@ -113,6 +118,16 @@ class Policy(Settings):
     def init_state(self, batch: int, block_length: int, vocab_size: int):
         """The policy's carry at the start of a generation (a pytree of arrays)."""
         return jnp.zeros((), jnp.float32)
+
+    def holding(self, state) -> jax.Array | None:
+        """`[B]` rows that keep the current block open although none of its positions is masked
+        (the block advances once no row holds it and none has a masked position; a holding row's
+        forwards count in its NFE), from the policy's carry; None: the block closes when full."""
+        return None
+
+    def extra_steps_per_block(self) -> int:
+        """Steps a block may take beyond one per masked position (`holding` policies)."""
+        return 0
 
     def commit(self, logits: jax.Array, candidates: jax.Array, ctx: StepContext) -> Commit:
         raise NotImplementedError
