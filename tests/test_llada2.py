@@ -290,3 +290,32 @@ def test_a_bidirectional_llada2_layout_model_keeps_its_attention_through_export(
     back = jaxdllm.from_pretrained(tmp_path)
     assert back.config.attention == "bidirectional"
     assert jaxdllm.from_pretrained(tmp_path, attention="block_causal", block_size=8).config.block_size == 8
+
+
+def test_expert_bias_moves_towards_balance_and_nothing_else_moves_it():
+    """Aux-loss-free balancing in the trainer: after each step every router's bias moves by exactly
+    +-rate (or 0) per expert, against that step's load: the optimizer (AdamW with weight decay)
+    never touches it. The logged load metrics describe the step's routing."""
+    from jaxdllm.sharding import make_mesh
+    from jaxdllm.train import TrainConfig, Trainer
+    from jaxdllm.train.expert_balance import update_expert_bias
+
+    rate = 0.01
+    config = TrainConfig.from_dict({
+        "model": {"preset": "tiny-llada2", "max_position": 64, "attention_impl": "xla"},
+        "data": {"tasks": ["copy", "reverse"], "examples_per_task": 200, "seq_len": 32, "batch_size": 16},
+        "optim": {"lr": 3e-3, "weight_decay": 0.1}, "train": {"steps": 4, "expert_bias_rate": rate},
+        "log": {"every": 1, "progress": False}, "mesh": {"data": 1}})
+    trainer = Trainer(config, mesh=make_mesh(devices=jax.devices()[:1]))
+    history = trainer.train()
+    biases = [np.asarray(trainer.params()["layers"][i]["mlp"]["expert_bias"]) for i in (1, 2)]
+    for bias in biases:
+        steps = bias / rate
+        np.testing.assert_allclose(steps, np.round(steps), atol=1e-4)  # whole multiples of the rate
+        assert np.abs(steps).max() <= 4 and np.abs(bias).sum() > 0
+    assert all(r["expert_load_max"] >= 1.0 and r["expert_load_cv"] >= 0 for r in history)
+    loads = jnp.asarray([[4, 0, 2, 2], [1, 1, 1, 1]])  # layer means 2 and 1
+    params = {"layers": {1: {"mlp": {"expert_bias": jnp.zeros(4)}}, 2: {"mlp": {"expert_bias": jnp.zeros(4)}}}}
+    moved = update_expert_bias(params, loads, 0.5)
+    np.testing.assert_array_equal(moved["layers"][1]["mlp"]["expert_bias"], [-0.5, 0.5, 0, 0])
+    np.testing.assert_array_equal(moved["layers"][2]["mlp"]["expert_bias"], [0, 0, 0, 0])

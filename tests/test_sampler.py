@@ -163,7 +163,7 @@ def test_random_remasking_keeps_the_schedule(model):
     (dict(cache="paged"), "cache must be one of"),
     (dict(policy="greedy"), "policy must be one of"),
     (dict(policy="threshold", threshold=1.5), r"threshold must be in \(0, 1\]"),
-    (dict(threshold=0.9), r"'threshold' is a setting of policy 'threshold' / 'local_leap', not of 'llada'"),
+    (dict(threshold=0.9), r"'threshold' is a setting of policy 'threshold' / 'local_leap' / 'token_editing', not of 'llada'"),
     (dict(policy="entropy", remasking="random"), r"'remasking' is a setting of policy 'llada' / 'prophet'"),
     (dict(cfg_scale=1.0, cache="dual"), "cfg_scale > 0 is supported with cache='none' only"),
 ])

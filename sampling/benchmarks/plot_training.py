@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accuracy", "noisy_accuracy")
+PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accuracy", "noisy_accuracy", "expert_load_max",
+          "expert_load_cv")
 
 
 def main(argv=None) -> None:
