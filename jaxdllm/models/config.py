@@ -309,6 +309,14 @@ LLADA_SPECIAL_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id
                          pad_token_id=126081, bos_token_id=126080)
 _QWEN_IDS = dict(eos_token_id=151643, pad_token_id=151643, bos_token_id=151643)
 
+# What the LLaDA2 sizes share (jaxdllm/models/llada2.py).
+_LLADA2 = dict(vocab_size=157184, num_kv_heads=4, head_dim=128, attention="block_causal", block_size=32,
+               rope_theta=600000.0, norm_eps=1e-6, max_position=32768, param_dtype="bfloat16", dtype="bfloat16",
+               checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
+               num_experts=256, experts_per_token=8, num_shared_experts=1, expert_groups=8, top_groups=4,
+               first_dense_layers=1, routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892,
+               pad_token_id=156892)
+
 PRESETS: dict[str, ModelConfig] = {
     # LLaDA-8B-Base / -Instruct (GSAI-ML/LLaDA-8B-*).
     "llada-8b": ModelConfig(
@@ -364,22 +372,12 @@ PRESETS: dict[str, ModelConfig] = {
         model_type="llama", bos_token_id=253, eos_token_id=254),
     # LLaDA2.0-mini / LLaDA2.1-mini (inclusionAI; the Ling-mini-2.0 shape): 16B parameters, ~1.4B
     # active per token. Block diffusion, blocks of 32; logits not shifted.
-    "llada2-mini": ModelConfig(
-        vocab_size=157184, embed_dim=2048, num_layers=20, num_heads=16, num_kv_heads=4, head_dim=128,
-        mlp_dim=5120, attention="block_causal", block_size=32, rope_theta=600000.0, norm_eps=1e-6,
-        max_position=32768, param_dtype="bfloat16", dtype="bfloat16", checkpoint_format="llada2",
-        model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5, num_experts=256, experts_per_token=8,
-        expert_dim=512, num_shared_experts=1, expert_groups=8, top_groups=4, first_dense_layers=1,
-        routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892, pad_token_id=156892),
+    "llada2-mini": ModelConfig(embed_dim=2048, num_layers=20, num_heads=16, mlp_dim=5120, expert_dim=512,
+                               **_LLADA2),
     # LLaDA2.0-flash / LLaDA2.1-flash (the Ling-flash-2.0 shape): 100B parameters, ~6.1B active. For
     # planning: importing a checkpoint reads the shape from its config.json.
-    "llada2-flash": ModelConfig(
-        vocab_size=157184, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=4, head_dim=128,
-        mlp_dim=9216, attention="block_causal", block_size=32, rope_theta=600000.0, norm_eps=1e-6,
-        max_position=32768, param_dtype="bfloat16", dtype="bfloat16", checkpoint_format="llada2",
-        model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5, num_experts=256, experts_per_token=8,
-        expert_dim=1024, num_shared_experts=1, expert_groups=8, top_groups=4, first_dense_layers=1,
-        routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892, pad_token_id=156892),
+    "llada2-flash": ModelConfig(embed_dim=4096, num_layers=32, num_heads=32, mlp_dim=9216, expert_dim=1024,
+                                **_LLADA2),
     "tiny-llada2": ModelConfig(
         vocab_size=256, embed_dim=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
         mlp_dim=128, attention="block_causal", block_size=8, rope_theta=600000.0, max_position=512,
