@@ -233,7 +233,13 @@ def _inspect(args) -> int:
     config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
     summary = {k: v for k, v in config.to_dict().items() if v is not None}
     summary["num_params"] = config.num_params
-    summary["checked"] = verify_checkpoint(directory)  # headers, names and shapes; a truncated file fails
+    if config.num_experts:
+        summary["active_params"] = config.active_params
+    weights_present = any(directory.glob("*.safetensors")) or (directory / "model.safetensors.index.json").exists()
+    if args.plan and not weights_present and not args.load:  # planning before a download: config.json is enough
+        summary["checked"] = "config.json only: no weight files to check"
+    else:
+        summary["checked"] = verify_checkpoint(directory)  # headers, names and shapes; a truncated file fails
     if args.load:
         import jax.numpy as jnp
 

@@ -319,3 +319,19 @@ def test_expert_bias_moves_towards_balance_and_nothing_else_moves_it():
     moved = update_expert_bias(params, loads, 0.5)
     np.testing.assert_array_equal(moved["layers"][1]["mlp"]["expert_bias"], [-0.5, 0.5, 0, 0])
     np.testing.assert_array_equal(moved["layers"][2]["mlp"]["expert_bias"], [0, 0, 0, 0])
+
+
+def test_inspect_plans_llada2_mini_from_its_config_json_alone(tmp_path, capsys):
+    """Before a 32 GB download: `jaxdllm inspect DIR --plan` on a folder with only config.json."""
+    from jaxdllm.checkpoint.hf_config import config_to_hf
+    from jaxdllm.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(ModelConfig.preset("llada2-mini"))))
+    assert main(["inspect", str(tmp_path), "--plan", "v5e-1,v6e-1", "--plan-dtype", "int8",
+                 "--plan-preset", "llada2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["checked"].startswith("config.json only")
+    assert 1.4e9 < summary["active_params"] < 1.5e9
+    plan = summary["memory_plan"]
+    assert not plan["v5e-1"]["fits"] and plan["v6e-1"]["fits"] and plan["v6e-1"]["moe_dispatch_gib"] > 0
+    assert main(["inspect", str(tmp_path)]) == 2  # without --plan the weights are what it checks
