@@ -216,6 +216,9 @@ def test_llada2_preset_runs_the_compiled_loop(tmp_path):
         np.testing.assert_array_equal(batch.generated[row], alone.generated[0])
         assert 1 <= int(batch.nfe[row]) == int(alone.nfe[0]) <= 64
     assert batch.generated.shape == (2, 64)
+    cached = generate(model, prompts, config.replace(cache="block"), attention_mask=np.array([[1] * 5, [0, 0, 1, 1, 1]]))
+    np.testing.assert_array_equal(cached.generated, batch.generated)  # the block cache is exact here
+    np.testing.assert_array_equal(cached.nfe, batch.nfe)
 
 
 def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold, max_post_steps):
