@@ -338,3 +338,18 @@ def test_inspect_plans_llada2_mini_from_its_config_json_alone(tmp_path, capsys):
     plan = summary["memory_plan"]
     assert not plan["v5e-1"]["fits"] and plan["v6e-1"]["fits"] and plan["v6e-1"]["moe_dispatch_gib"] > 0
     assert main(["inspect", str(tmp_path)]) == 2  # without --plan the weights are what it checks
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+def test_router_loads_inside_an_explicit_axes_mesh(tmp_path):
+    """`jax.make_mesh` (Explicit axes, JAX's default) as the context: logits and router loads equal
+    the one-device call."""
+    make_llada2_checkpoint(tmp_path)
+    ids = jnp.asarray(_ids(batch=8))
+    want_logits, want_loads = jaxdllm.from_pretrained(tmp_path)(ids, return_router_loads=True)
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"))
+    model = jaxdllm.from_pretrained(tmp_path, mesh=mesh)
+    with jax.set_mesh(mesh):
+        logits, loads = model(jnp.asarray(np.asarray(ids)), return_router_loads=True)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(want_logits), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(loads), np.asarray(want_loads))

@@ -83,13 +83,13 @@ class Transformer(nnx.Module):
           updated cache when one was given, plus the router loads when asked for.
         """
         if shd.explicit_context() is not None:
-            if return_router_loads:
-                raise NotImplementedError("return_router_loads under an Explicit-axes mesh")
-            return self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice)
-        out, loads = self._forward(input_ids, positions, attention, cache, logits_slice)
+            out, loads = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice,
+                                                   return_router_loads)
+        else:
+            out, loads = self._forward(input_ids, positions, attention, cache, logits_slice)
         return (*(out if isinstance(out, tuple) else (out,)), loads) if return_router_loads else out
 
-    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice):
+    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads):
         """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
         runs with the mesh's axes in Auto mode (`jax.sharding.auto_axes`) and the outputs come back
         sharded over the batch axes (logits also over `vocab`)."""
@@ -101,7 +101,8 @@ class Transformer(nnx.Module):
 
         def body(state, input_ids, positions, attention, cache, start):
             where = None if logits_slice is None else (start, logits_slice[1])
-            return nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)[0]
+            out, loads = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
+            return (out, loads) if with_loads else out
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
         out = spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size))
@@ -109,7 +110,10 @@ class Transformer(nnx.Module):
             kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
             out = (out, KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
                                 segment_ids=spec(("batch", "length"), cache.segment_ids.shape)))
-        return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
+        if with_loads and self.config.num_experts:
+            out = (out, jax.sharding.PartitionSpec())  # router loads: replicated
+        result = jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
+        return result if with_loads and self.config.num_experts else (result, None)
 
     def _forward(self, input_ids, positions, attention, cache, logits_slice):
         c = self.config
