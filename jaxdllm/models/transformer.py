@@ -17,7 +17,8 @@ from jaxdllm.attention import MaskSpec
 from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
-from jaxdllm.models.layers import Block, RMSNorm, _init, rope_inv_freq
+from jaxdllm.models.block import Block
+from jaxdllm.models.layers import RMSNorm, _init, rope_inv_freq
 
 _REMAT = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
