@@ -2,8 +2,9 @@
 
 Blocks preceded by `<!-- readme-test: real checkpoint -->` need a real checkpoint: there,
 `/models/LLaDA-8B-Instruct` is replaced by a tiny random LLaDA written here (the character
-tokenizer with a chat template, max_position 512 so the presets' 256 tokens fit) and `/tmp/` by
-a temporary folder. Every other block runs exactly as written, on the shipped models, from a
+tokenizer with a chat template, max_position 512 so the presets' 256 tokens fit),
+`/models/LLaDA2.0-mini` by a tiny random LLaDA2 (MoE) written the same way, and `/tmp/` by a
+temporary folder. Every other block runs exactly as written, on the shipped models, from a
 folder that is not the repository.
 """
 
@@ -31,8 +32,8 @@ def python_blocks(text: str) -> list[tuple[bool, str]]:
     return [(bool(m["marker"]) and m["marker"].strip() == REAL, m["code"]) for m in BLOCK.finditer(text)]
 
 
-def tiny_chat_llada(path: Path) -> Path:
-    config = jaxdllm.ModelConfig.preset("tiny-llada", vocab_size=101, mask_token_id=3, eos_token_id=2,
+def tiny_chat_llada(path: Path, preset: str = "tiny-llada") -> Path:
+    config = jaxdllm.ModelConfig.preset(preset, vocab_size=101, mask_token_id=3, eos_token_id=2,
                                         eot_token_id=2, pad_token_id=0, bos_token_id=1)
     jaxdllm.save_pretrained(jaxdllm.Transformer(config, rngs=nnx.Rngs(0)), path)
     save_char_tokenizer(path)
@@ -53,6 +54,7 @@ def test_blocks_that_name_a_real_checkpoint_are_marked():
 
 def test_readme_python_blocks_run(tmp_path):
     model_dir = tiny_chat_llada(tmp_path / "llada")
+    moe_dir = tiny_chat_llada(tmp_path / "llada2", "tiny-llada2")  # stands in for LLaDA2.0-mini
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     work = tmp_path / "work"  # an empty working folder: shipped models must resolve by name
@@ -60,7 +62,8 @@ def test_readme_python_blocks_run(tmp_path):
     parts = []
     for i, (real, code) in enumerate(python_blocks(README.read_text())):
         if real:
-            code = code.replace('"/tmp/', f'"{scratch}/').replace("/models/LLaDA-8B-Instruct", str(model_dir))
+            code = (code.replace('"/tmp/', f'"{scratch}/').replace("/models/LLaDA-8B-Instruct", str(model_dir))
+                    .replace("/models/LLaDA2.0-mini", str(moe_dir)))
         parts.append(f"print('--- README block {i}', flush=True)\n{code}")
     script = work / "readme_blocks.py"
     script.write_text("\n".join(parts))
