@@ -28,7 +28,12 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
+# The default run covers the published config and the bias options; the slow run every variant.
+DEFAULT_VARIANTS = ("published", "biases")
+
+
+@pytest.fixture(scope="module", params=[v if v in DEFAULT_VARIANTS else pytest.param(v, marks=pytest.mark.slow)
+                                        for v in VARIANTS])
 def checkpoint(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"llada2_{request.param}")
     overrides = VARIANTS[request.param]
@@ -252,7 +257,8 @@ def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold,
     return x[0].numpy(), forwards, edits
 
 
-@pytest.mark.parametrize("scale,threshold,editing_threshold,max_post_steps", [(6, 0.5, 0.3, 16), (10, 0.7, 0.5, 4)])
+@pytest.mark.parametrize("scale,threshold,editing_threshold,max_post_steps",
+                         [(6, 0.5, 0.3, 16), pytest.param(10, 0.7, 0.5, 4, marks=pytest.mark.slow)])
 def test_token_editing_equals_the_published_loop(tmp_path, scale, threshold, editing_threshold, max_post_steps):
     """LLaDA2.1's `token_editing` policy in the compiled loop against the published loop (torch model,
     torch loop), on a checkpoint whose LM head is scaled so that tokens get committed, then edited:

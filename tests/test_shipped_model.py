@@ -109,3 +109,33 @@ def test_chain_models_match_their_cards():
     fast = evaluate_task(student, tok, "chain", sampler_defaults(CHAIN_DISTILLED, "dparallel"), n=200)
     assert fast["accuracy"] >= one_step["accuracy"] - 0.01, fast
     assert fast["mean_nfe"] <= 1.2 and best["mean_nfe"] / fast["mean_nfe"] >= 2.5, (fast, best)
+
+
+MOE = DEFAULT_MODEL.parent / "tasks-llada2-tiny"
+
+
+@pytest.mark.skipif(not (MOE / "config.json").is_file(), reason="no shipped MoE checkpoint")
+def test_the_shipped_moe_model_answers_copy_in_one_forward_with_the_llada2_preset():
+    """The card: 100 % on held-out copy prompts with `llada2`, about one forward each (40 of its 200)."""
+    from jaxdllm import sampler_defaults
+
+    model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
+    assert model.config.num_experts == 8 and model.config.checkpoint_format == "llada2"
+    result = evaluate_task(model, tok, "copy", sampler_defaults(MOE, "llada2"), n=40)
+    assert result["accuracy"] == 1.0 and result["mean_nfe"] <= 1.1, result
+
+
+@pytest.mark.slow  # four evaluations of 200 prompts
+@pytest.mark.skipif(not (MOE / "config.json").is_file(), reason="no shipped MoE checkpoint")
+def test_the_shipped_moe_model_matches_its_card():
+    """The card's table: copy 100 %, reverse 58 % (every 4-6 digit prompt right, no 7-8 digit one)
+    one token per step and with `llada2`; `llada2.1` within one prompt of that."""
+    from jaxdllm import sampler_defaults
+
+    model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
+    for preset in (None, "llada2", "llada2.1"):
+        config = sampler_defaults(MOE, preset)
+        copy = evaluate_task(model, tok, "copy", config, n=200)
+        reverse = evaluate_task(model, tok, "reverse", config, n=200)
+        assert copy["accuracy"] >= 0.995 and abs(reverse["accuracy"] - 0.58) <= 0.005, (preset, copy, reverse)
+        assert copy["mean_nfe"] == 16 if preset is None else copy["mean_nfe"] <= 1.05, (preset, copy)
