@@ -37,7 +37,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
             return logits
 
         loss, metrics = objective(Views(student=student, config=model.config), micro, key)
-        return loss, (metrics, sum(loads) if loads else jnp.zeros((0,), jnp.int32))
+        return loss, (metrics, sum(loads) if loads else jnp.zeros((), jnp.int32))  # dense: a scalar placeholder
 
     grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
@@ -60,7 +60,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         updates, new_opt = tx.update(grads, opt_state, trainable)
         new_trainable = optax.apply_updates(trainable, updates)
         metrics["grad_norm"] = optax.tree_utils.tree_norm(grads)
-        if loads.size:
+        if loads.ndim == 2:  # an MoE model: [num_moe_layers, E]
             metrics.update(load_metrics(loads))
             new_trainable = update_expert_bias(new_trainable, loads, expert_bias_rate)
         if skip_nan:  # keep the old state where the loss is not finite
