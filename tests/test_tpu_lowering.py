@@ -131,8 +131,8 @@ def test_a_lora_step_with_accumulation_lowers_for_tpu():
     assert facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
 
 
-@pytest.mark.parametrize("mesh_shape,weights", [((1, 1, 1), "int8"),
-                                                pytest.param((1, 8, 1), "bfloat16", marks=pytest.mark.slow)],
+@pytest.mark.slow  # ~25 s each: a 16B-parameter program lowered twice
+@pytest.mark.parametrize("mesh_shape,weights", [((1, 1, 1), "int8"), ((1, 8, 1), "bfloat16")],
                          ids=["v6e-1-int8", "v5e-8-bf16"])
 def test_llada2_mini_decoding_loop_lowers_for_tpu(mesh_shape, weights):
     """LLaDA2.0-mini at its real shape (16B parameters, 256 experts, abstract weights) with the `llada2`
