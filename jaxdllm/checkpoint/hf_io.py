@@ -275,7 +275,8 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
                 raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {shape}")
             raw = handle.get_tensor(t.name) if t.rows is None else handle.get_slice(t.name)[t.rows[0]:t.rows[1]]
             host = t.to_jax(raw)
-            want = np.float32 if path[-1] == "expert_bias" else target  # the router's bias stays float32
+            kept = var.get_value().dtype  # a float parameter keeps its own dtype (the routers' float32 bias);
+            want = kept if jnp.issubdtype(kept, jnp.floating) else target  # an int8 kernel loads as floats first
             if host.dtype != want:
                 host = host.astype(want)
             placement = _placement(shape, var.logical_axes, mesh, rules)

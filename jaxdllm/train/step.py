@@ -53,7 +53,8 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         zeros = jax.tree.map(jnp.zeros_like, trainable)
         aux_shapes = jax.eval_shape(lambda: grad_fn(trainable, frozen, jax.tree.map(lambda x: x[0], micro),
                                                     keys[0])[0][1])
-        zero_aux = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shapes)
+        zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), aux_shapes[0])
+        zero_aux = (zero_metrics, jnp.zeros(aux_shapes[1].shape, aux_shapes[1].dtype))  # metrics summed in float32
         (grads, (metrics, loads)), _ = jax.lax.scan(body, (zeros, zero_aux), (micro, keys))
         grads = jax.tree.map(lambda g: g / grad_accum, grads)
         metrics = jax.tree.map(lambda m: m / grad_accum, metrics)
