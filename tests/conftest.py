@@ -1,9 +1,18 @@
-"""Test session setup: 8 fake CPU devices for mesh tests and exact fp32 matmuls."""
+"""Test session setup: 8 fake CPU devices for mesh tests, exact fp32 matmuls, and a persistent
+compilation cache that test processes (pytest-xdist workers, the default and the slow run) share."""
 
 import os
+import re
+from pathlib import Path
 
-# Must happen before jax is imported anywhere.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+MESH_DEVICES = 8
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+# Must happen before jax is imported anywhere. Flags set before the run are kept; the device
+# count is added to them unless they name one themselves.
+_flags = os.environ.get("XLA_FLAGS", "")
+if _DEVICE_FLAG not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} {_DEVICE_FLAG}={MESH_DEVICES}".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The command line turns on JAX's persistent compilation cache; tests that call it in this process
 # or in children keep it off unless they name a folder themselves (tests/test_compilation_cache.py).
@@ -14,10 +23,38 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+# Many tests compile the same programs (one tiny model, one sampler config) from separate jit
+# objects; JAX's persistent cache keys them by the program itself, so each compiles once per
+# machine instead of once per test. In this process only: children keep the setting above.
+# JAXDLLM_TEST_COMPILATION_CACHE=off compiles everything afresh.
+_TEST_CACHE = os.environ.get("JAXDLLM_TEST_COMPILATION_CACHE",
+                             str(Path(__file__).resolve().parent.parent / ".cache" / "xla-tests"))
+if _TEST_CACHE.strip().lower() not in ("", "0", "off", "false", "none", "no"):
+    jax.config.update("jax_compilation_cache_dir", _TEST_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"mesh: needs {MESH_DEVICES} (fake) CPU devices; fails with the reason "
+                                       "when the process has fewer")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("mesh") and jax.device_count() < MESH_DEVICES:
+        count = re.search(rf"{_DEVICE_FLAG}=(\d+)", os.environ.get("XLA_FLAGS", ""))
+        pytest.fail(f"this mesh test needs {MESH_DEVICES} CPU devices but JAX has {jax.device_count()}: "
+                    f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} was set before the run"
+                    + (f" with {_DEVICE_FLAG}={count.group(1)}" if count else "")
+                    + f"; unset XLA_FLAGS or give {_DEVICE_FLAG}={MESH_DEVICES}", pytrace=False)
+
 
 @pytest.fixture(autouse=True)
 def _seed_torch():
-    torch = pytest.importorskip("torch")
+    """Torch's global seed before each test, where torch is installed (its tests skip without it)."""
+    try:
+        import torch
+    except ImportError:
+        return
     torch.manual_seed(0)
 
 
@@ -26,12 +63,20 @@ _LISTENING = False
 
 
 @pytest.fixture
-def compiles() -> list[str]:
-    """A list that collects the name of every XLA backend compile from now until the test ends."""
+def compiles():
+    """A list that collects the name of every XLA backend compile from now until the test ends.
+
+    The persistent compilation cache is off meanwhile: a program loaded from it is not compiled,
+    and these tests count compiles."""
     global _LISTENING
     if not _LISTENING:  # jax keeps listeners for the process: register one, once
         jax.monitoring.register_event_duration_secs_listener(
             lambda name, *_a, **_k: _COMPILES.append(name) if "backend_compile" in name else None)
         _LISTENING = True
     _COMPILES.clear()
-    return _COMPILES
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield _COMPILES
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)

@@ -165,7 +165,7 @@ def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
     assert agree >= 0.9
 
 
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+@pytest.mark.mesh
 def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
     weights = make_llada2_checkpoint(tmp_path)
     mesh = sharding.make_mesh(data=1, fsdp=4, tensor=2)
@@ -346,7 +346,7 @@ def test_inspect_plans_llada2_mini_from_its_config_json_alone(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 2  # without --plan the weights are what it checks
 
 
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+@pytest.mark.mesh
 def test_router_loads_inside_an_explicit_axes_mesh(tmp_path):
     """`jax.make_mesh` (Explicit axes, JAX's default) as the context: logits and router loads equal
     the one-device call."""

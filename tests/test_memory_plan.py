@@ -18,9 +18,8 @@ TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads
 @pytest.mark.parametrize("model", ["tiny-llada", "tiny-llada2"])
 @pytest.mark.parametrize("quantization", [None, "int8"])
 @pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2)])
+@pytest.mark.mesh
 def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization, model):
-    if jax.device_count() < 8:
-        pytest.skip("needs 8 (fake) devices")
     data, fsdp, tensor = mesh_shape
     config = ModelConfig.preset(model, **TINY, quantization=quantization)
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])

@@ -16,7 +16,7 @@ from jaxdllm.train import TrainConfig, Trainer
 from hf_models import make_hf_model
 from llada_reference import make_llada_checkpoint
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+pytestmark = pytest.mark.mesh
 
 MESHES = {
     "jax.make_mesh": lambda: jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")),

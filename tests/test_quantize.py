@@ -83,10 +83,8 @@ def test_int8_logits_are_within_the_stated_tolerance_of_bf16(preset):
 
 
 @pytest.mark.parametrize("scan", [False, True])
-@pytest.mark.parametrize("mesh_shape", [None, (1, 4, 2)])
+@pytest.mark.parametrize("mesh_shape", [None, pytest.param((1, 4, 2), marks=pytest.mark.mesh)])
 def test_import_quantizes_each_tensor_in_its_shard(tmp_path, scan, mesh_shape):
-    if mesh_shape and jax.device_count() < 8:
-        pytest.skip("needs 8 (fake) devices")
     model = Transformer(ModelConfig.preset("tiny-llada"), rngs=nnx.Rngs(0))
     save_pretrained(model, tmp_path)
     mesh = sharding.make_mesh(data=1, fsdp=4, tensor=2) if mesh_shape else None

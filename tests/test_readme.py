@@ -8,10 +8,12 @@ temporary folder. Every other block runs exactly as written, on the shipped mode
 folder that is not the repository.
 """
 
+import builtins
 import json
 import os
 import re
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 
@@ -50,6 +52,37 @@ def test_blocks_that_name_a_real_checkpoint_are_marked():
     unmarked = [code for real, code in blocks if not real and any(p in code for p in REAL_PATHS)]
     assert not unmarked, f"README blocks name a real checkpoint without `{REAL}`: {unmarked}"
     assert any(not real for real, _ in blocks), "no block runs as written"
+
+
+def free_names(code: str) -> list[str]:
+    """Names `code` reads that it never binds (no assignment, import, def or class) and that are
+    not builtins: what a block would take from an earlier one."""
+    top = symtable.symtable(code, "<block>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    free = set()
+
+    def visit(table):
+        for s in table.get_symbols():
+            reads_global = s.is_referenced() and (table is top or s.is_global())
+            if reads_global and s.get_name() not in bound:
+                free.add(s.get_name())
+        for child in table.get_children():
+            visit(child)
+
+    visit(top)
+    return sorted(free - set(dir(builtins)))
+
+
+def test_free_names_finds_what_a_block_takes_from_another():
+    assert free_names("import jax\nx = jax.numpy.ones(2)\nprint([y for y in x], x)") == []
+    assert free_names("out = jaxdllm.generate(model)\ndef f():\n    return jnp.ones(n)") == [
+        "jaxdllm", "jnp", "model", "n"]
+
+
+def test_each_block_stands_alone():
+    """A block a user copies runs by itself: it imports and defines every name it uses."""
+    leaning = {i: names for i, (_, code) in enumerate(python_blocks(README.read_text())) if (names := free_names(code))}
+    assert not leaning, f"README blocks use names they never define (block index: names): {leaning}"
 
 
 def test_readme_python_blocks_run(tmp_path):

@@ -11,7 +11,7 @@ import jaxdllm
 from jaxdllm import sharding
 from hf_models import make_hf_model
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+pytestmark = pytest.mark.mesh
 
 
 @pytest.fixture(scope="module")

@@ -144,7 +144,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+@pytest.mark.mesh
 @pytest.mark.parametrize("kind", ["jax.make_mesh", pytest.param("sharding.make_mesh", marks=pytest.mark.slow)])
 def test_sharded_kernel_equals_unsharded(kind):
     mesh = (jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")) if kind == "jax.make_mesh"

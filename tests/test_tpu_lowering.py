@@ -14,7 +14,7 @@ from jaxdllm.decoding import Sampler
 from jaxdllm.lowering import abstract_model, export_train_step, program_facts
 from jaxdllm.train import TrainConfig
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+pytestmark = pytest.mark.mesh
 
 MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-prefix": "llada-8b",
             "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
