@@ -314,14 +314,14 @@ PRESETS: dict[str, ModelConfig] = {}
 CHECKPOINT_PRESETS: dict[str, str] = {}
 
 
-def register_presets(presets: Mapping[str, ModelConfig], checkpoints: Mapping[str, str] = {}) -> None:
+def register_presets(presets: Mapping[str, ModelConfig], checkpoints: Mapping[str, str] | None = None) -> None:
     """Make `presets` (name -> config) and `checkpoints` (published checkpoint name -> preset name)
     known to `ModelConfig.preset`; a name registered twice is an error."""
     for name, config in presets.items():
         if name in PRESETS:
             raise ConfigError(f"model preset {name!r} is registered twice")
         PRESETS[name] = config
-    for name, preset in checkpoints.items():
+    for name, preset in (checkpoints or {}).items():
         if name in CHECKPOINT_PRESETS or preset not in PRESETS:
             raise ConfigError(f"checkpoint {name!r}: registered twice, or its preset {preset!r} is unknown")
         CHECKPOINT_PRESETS[name] = preset

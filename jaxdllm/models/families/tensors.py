@@ -94,7 +94,8 @@ def decoder_table(c: ModelConfig, names: DecoderNames) -> list[TensorMapping]:
         for ours in ("gate", "up", "down"):
             name, path = lp + getattr(names, ours), at + ("mlp", ours)
             out_dim, in_dim = (d, m) if ours == "down" else (m, d)
-            table.append(TensorMapping(name + ".weight", path + ("kernel",), (out_dim, in_dim), (in_dim, out_dim), True))
+            table.append(TensorMapping(name + ".weight", path + ("kernel",), (out_dim, in_dim), (in_dim, out_dim),
+                                       True))
             if c.mlp_bias:
                 table.append(TensorMapping(name + ".bias", path + ("bias",), (out_dim,), (out_dim,), False))
     table.append(TensorMapping(names.final_norm + ".weight", ("final_norm", "scale"), (d,), (d,), False))
