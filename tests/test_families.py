@@ -57,9 +57,14 @@ def test_config_json_round_trips(family, name):
     assert config_to_hf(back) == raw
 
 
+@pytest.mark.parametrize("scan", [False, True], ids=["layers", "scanned"])
 @pytest.mark.parametrize("family,name", TINY)
-def test_tensor_table_covers_exactly_the_parameters(family, name):
+def test_tensor_table_covers_exactly_the_parameters(family, name, scan):
     c = family.presets[name]
+    if scan:
+        if 0 < c.first_dense_layers < c.num_layers and c.num_experts:
+            pytest.skip("a model mixing dense and MoE layers cannot scan them")
+        c = c.replace(scan_layers=True)
     model = nnx.eval_shape(lambda: Transformer(c, rngs=nnx.Rngs(0)))
     params = {path: tuple(v.get_value().shape) for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     slices: dict[tuple, set] = {}
