@@ -247,7 +247,7 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # token per step plus every masked position whose top-1 probability clears 0.95; greedy; a row
     # stops at its EOS. (The published loop finishes the EOS's block before stopping and starts
     # decoding in the block holding the prompt's end; here generation starts on a block boundary.
-    # jaxdllm/models/llada2.py lists the differences.)
+    # jaxdllm/models/families/llada2.py lists the differences.)
     "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95, stop_at_eos=True),
     # LLaDA2.1: the same mask commits plus token editing (committed tokens re-decided above 0.9, a
     # block held open for up to 16 mask-free steps while edits continue).
