@@ -25,7 +25,10 @@ from jaxdllm.cli import (convert_command, distill_command, eval_command, generat
 from jaxdllm.cli.common import DEFAULT_MODEL, DEFAULT_MODEL_NAME, interrupted, parse_sets
 from jaxdllm.cli.eval_command import default_eval_dir
 
-# In the order `jaxdllm --help` lists them.
+# One module per command, in the order `jaxdllm --help` lists them. Each has `NAME`, `add_parser(sub)`
+# (its flags; `func` runs it), `COMPILES` (uses the compilation cache), `RESUMES` (what an interrupted
+# run tells the user, or None) and `MEMORY` (what to lower when the device runs out, or None). The
+# docstring above is the `--help` text.
 COMMANDS = {m.NAME: m for m in (generate_command, eval_command, inspect_command, convert_command, distill_command,
                                 train_command)}
 
