@@ -60,7 +60,8 @@ def samplers(args, model_dir: Path) -> dict:
     from jaxdllm.eval import checkpoint_samplers
 
     sweep = parse_sets(args.sweep)
-    sets = parse_sets(args.set)
+    # without --preset a --set is refused as such (needs --preset), before its values are read
+    sets = parse_sets(args.set) if args.preset is not None else dict.fromkeys(args.set or [])
     return checkpoint_samplers(model_dir, args.preset, gen_length=args.gen_length, overrides=sets, sweep=sweep)
 
 
