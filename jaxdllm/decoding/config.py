@@ -188,11 +188,13 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     gen = overrides.get("gen_length", base.gen_length)
     if gen == base.gen_length or not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
         return overrides  # nothing to rescale (a bad value is reported by the constructor)
+    from jaxdllm.decoding.methods import DRAFT_CANVAS
+
     out = dict(overrides)
     policy = out.get("policy", base.policy)
     method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
     if "block_length" not in out:
-        if method == "draft":  # the draft window, not a block of the canvas
+        if method == DRAFT_CANVAS.name:  # the draft window, not a block of the canvas
             out["block_length"] = min(base.block_length, gen)
         elif base.block_length >= base.gen_length:
             out["block_length"] = gen
