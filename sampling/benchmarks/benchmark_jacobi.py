@@ -29,7 +29,8 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.tokenizer import Tokenizer, answer_length
-from sampling.benchmarks.benchmark_sampler import timed
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 GROUPS = {"suite": SUITE, "long": LONG}
 GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
@@ -40,10 +41,10 @@ def prompts(tokenizer: Tokenizer, n: int, tasks=SUITE + LONG, seed: int = 1234) 
     return [tokenizer.encode(e.prompt) for e in make_mixture(tasks, n, seed, split="test")]
 
 
-def warm_timed(fn, repeats: int):
-    """`timed` after one call that compiles and warms up."""
-    fn()
-    return timed(fn, repeats)
+def warm_timed(fn, repeats: int) -> tuple[float, object]:
+    """(best of `repeats` seconds, last output) after one call that compiles and warms up."""
+    t = timed(fn, repeats=repeats)
+    return t.min_s, t.out
 
 
 def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
@@ -104,8 +105,6 @@ def by_n(model_dirs: list[Path], ns: list[int], n_prompts: int) -> list[dict]:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     titles = {"suite": "six card tasks (answers of 4-9 tokens with EOS)", "long": "long-answer tasks (11-17 tokens with EOS)"}
@@ -138,18 +137,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="sampling/results/jacobi_cpu")
     args = p.parse_args(argv)
-    import jax
-
     models = [Path(m) for m in args.models.split(",")]
     ns = [int(n) for n in args.ns.split(",")]
-    result = {"device": jax.devices()[0].device_kind, "speed": [], "by_n": by_n(models, ns, args.n_prompts)}
+    result = {"speed": [], "by_n": by_n(models, ns, args.n_prompts)}
     for batch in (1, 8):
         result["speed"] += speed(models[-1], batch, args.repeats, 16)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    plot(result, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    write_report(args.out, result, plot)
     return 0
 
 
