@@ -41,12 +41,6 @@ def prompts(tokenizer: Tokenizer, n: int, tasks=SUITE + LONG, seed: int = 1234) 
     return [tokenizer.encode(e.prompt) for e in make_mixture(tasks, n, seed, split="test")]
 
 
-def warm_timed(fn, repeats: int) -> tuple[float, object]:
-    """(best of `repeats` seconds, last output) after one call that compiles and warms up."""
-    t = timed(fn, repeats=repeats)
-    return t.min_s, t.out
-
-
 def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     import torch
     import transformers
@@ -62,8 +56,11 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
                           ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
                                                                             block_length=n))):
-        t_loop, res = warm_timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats)
-        t_step, res_b = warm_timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats)
+        # each: the best of `repeats` after a call that compiles and warms up
+        loop = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats=repeats)
+        stepwise = timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats=repeats)
+        t_loop, res = loop.min_s, loop.out
+        t_step, res_b = stepwise.min_s, stepwise.out
 
         def hf_generate():
             with torch.no_grad():
@@ -71,7 +68,8 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
                                    attention_mask=torch.as_tensor(mask), max_new_tokens=g, do_sample=False,
                                    eos_token_id=eos, pad_token_id=eos).numpy()[:, ids.shape[1]:]
 
-        t_hf, greedy = warm_timed(hf_generate, repeats)
+        hf_timing = timed(hf_generate, repeats=repeats)
+        t_hf, greedy = hf_timing.min_s, hf_timing.out
         tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
         same = all(np.array_equal(res.tokens[i, ids.shape[1]:ids.shape[1] + answer_length(greedy[i], eos)],
                                   greedy[i, :answer_length(greedy[i], eos)]) for i in range(len(rows)))

@@ -228,12 +228,6 @@ def tpu_estimate(config: ModelConfig, schedule: list[tuple[int, bool]], batch: i
                 compute_bound_steps=compute_bound / len(times), memory_floor_ms=t_mem * 1e3, **chip)
 
 
-def _timed(fn, reps: int, sync=lambda out: None):
-    """(first call s, median of `reps` timed calls s, last output)."""
-    t = timed(fn, repeats=reps, sync=sync)
-    return t.first_s, t.median_s, t.out
-
-
 def _columns(wall: float, forwards: int, flops: float, nfe: np.ndarray, batch: int, gen: int, floor_ms: float,
              peak: float, first: float, tokens: np.ndarray, ref: np.ndarray | None) -> dict:
     """One decoder's columns from its run (tokens, ref: answers `[B, G]`)."""
@@ -270,12 +264,13 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
     # jaxdllm
     sampler = ctx["sampler"]
     try:
-        first, wall, res = _timed(lambda: sampler(ids, cfg), args.reps)
+        t = timed(lambda: sampler(ids, cfg), repeats=args.reps)  # the first call, then the median of reps
     except Exception as e:  # an attention kernel that fails here: measure the sampler with XLA attention
         row["attention_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         ctx["model"].set_attributes(attention_impl="xla")
         sampler = ctx["sampler"] = jaxdllm.Sampler(ctx["model"])
-        first, wall, res = _timed(lambda: sampler(ids, cfg), args.reps)
+        t = timed(lambda: sampler(ids, cfg), repeats=args.reps)
+    first, wall, res = t.first_s, t.median_s, t.out
     schedule = jax_schedule(res.commit_step, res.nfe, cfg, lp)
     if len(schedule) != res.steps:
         row["schedule_warning"] = f"derived {len(schedule)} forwards, the loop ran {res.steps}"
@@ -286,7 +281,7 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
     # torch decoders
     dev = ctx["torch_device"]
     prompts = torch.as_tensor(ids, dtype=torch.long, device=dev)
-    sync = (lambda out: torch.cuda.synchronize()) if dev == "cuda" else (lambda out: None)
+    sync = (lambda out: torch.cuda.synchronize()) if dev == "cuda" else (lambda out: None)  # torch on the CPU: done
     kw = dict(gen_length=gen, block_length=cfg.block_length, steps=cfg.steps, mask_id=config.mask_token_id,
               policy=policy, threshold=getattr(cfg.policy, "threshold", 0.9),
               entropy_threshold=getattr(cfg.policy, "entropy_threshold", 0.5), cache=cache)
@@ -303,7 +298,8 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
                 model.calls.clear()
                 return generate_batch(model, prompts, **kw)
 
-            first_t, wall_t, out = _timed(call, args.reps, sync)
+            t = timed(call, repeats=args.reps, sync=sync)
+            first_t, wall_t, out = t.first_s, t.median_s, t.out
             flops = sum(forward_flops(config, fed, keys, batch=b) for b, fed, keys in model.calls)
             tokens = out["tokens"][:, lp:].cpu().numpy()
             if decoder == "torch_eager":
