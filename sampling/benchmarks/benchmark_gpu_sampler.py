@@ -103,7 +103,10 @@ def main(argv=None) -> int:
         try:
             # the warm-up call compiles (no key: the default); the timed ones use keys 0, 1, ...
             keys = itertools.chain([None], map(jax.random.key, itertools.count()))
-            run = lambda: generate(model, ids, cfg, key=next(keys))
+
+            def run():
+                return generate(model, ids, cfg, key=next(keys))
+
             try:
                 t = timed(run, repeats=args.reps)
             except Exception as e:  # keep measuring the sampler if the attention kernel fails here
