@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -30,6 +29,8 @@ from jaxdllm.extras import exit_if_missing
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.decoding import SamplerConfig, generate
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 ROWS = {  # name -> (sampler preset, overrides, batch)
     "llada-b1": ("llada", {}, 1),
@@ -56,16 +57,11 @@ def random_model(config: ModelConfig) -> Transformer:
 
 
 def measured_bandwidth(gib: float) -> float:
-    """Bytes/s of a device copy `y = x + 1` (bytes read + written)."""
+    """Bytes/s of a device copy `y = x + 1` of `gib` GiB of bf16 (bytes read + written), the
+    median of 10 calls."""
     x = jnp.ones((int(gib * 2**30) // 2,), jnp.bfloat16)
     f = jax.jit(lambda x: x + 1)
-    jax.block_until_ready(f(x))
-    times = []
-    for _ in range(10):
-        t = time.perf_counter()
-        jax.block_until_ready(f(x))
-        times.append(time.perf_counter() - t)
-    return 2 * x.nbytes / statistics.median(times)
+    return 2 * x.nbytes / timed(lambda: f(x), repeats=10).median_s
 
 
 def main(argv=None) -> int:
@@ -91,12 +87,11 @@ def main(argv=None) -> int:
     bandwidth = measured_bandwidth(0.25 if tiny else 4.0)
     floor_ms = weight_bytes / bandwidth * 1e3
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "model": "tiny-llada" if tiny else "llada-8b",
+    result = {"model": "tiny-llada" if tiny else "llada-8b",
               "params": config.num_params, "weight_bytes": weight_bytes, "bandwidth_GBps": bandwidth / 1e9,
               "floor_ms_per_step": floor_ms, "prompt_len": args.prompt_len, "gen_length": args.gen_length,
               "attention_impl": config.attention_impl, "rows": []}
-    print(f"{result['device']}: {config.num_params / 1e9:.2f}B params, {weight_bytes / 1e9:.1f} GB, "
+    print(f"{jax.devices()[0].device_kind}: {config.num_params / 1e9:.2f}B params, {weight_bytes / 1e9:.1f} GB, "
           f"bandwidth {bandwidth / 1e9:.0f} GB/s, floor {floor_ms:.2f} ms/step", flush=True)
     rng = np.random.default_rng(0)
     for name in args.rows:
@@ -106,22 +101,21 @@ def main(argv=None) -> int:
         ids = rng.integers(0, min(config.mask_token_id, config.vocab_size) - 4, (batch, args.prompt_len)).astype(np.int32)
         row = {"row": name, "preset": preset, "batch": batch, "attention_impl": config.attention_impl}
         try:
-            t = time.perf_counter()
+            # the warm-up call compiles (no key: the default); the timed ones use keys 0, 1, ...
+            keys = itertools.chain([None], map(jax.random.key, itertools.count()))
+
+            def run():
+                return generate(model, ids, cfg, key=next(keys))
+
             try:
-                res = generate(model, ids, cfg)
+                t = timed(run, repeats=args.reps)
             except Exception as e:  # keep measuring the sampler if the attention kernel fails here
                 row["attention_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 row["attention_impl"] = "xla"
                 model.set_attributes(attention_impl="xla")
-                t = time.perf_counter()
-                res = generate(model, ids, cfg)
-            row["compile_s"] = time.perf_counter() - t
-            walls = []
-            for rep in range(args.reps):
-                t = time.perf_counter()
-                res = generate(model, ids, cfg, key=jax.random.key(rep))
-                walls.append(time.perf_counter() - t)
-            wall = statistics.median(walls)
+                keys = itertools.chain([None], map(jax.random.key, itertools.count()))
+                t = timed(run, repeats=args.reps)
+            row["compile_s"], wall, res = t.first_s, t.median_s, t.out
             row.update(wall_s=wall, steps=int(res.steps), nfe=float(np.mean(res.nfe)),
                        tokens_per_s=batch * args.gen_length / wall, ms_per_step=wall / res.steps * 1e3)
             row["ms_per_step_over_floor"] = row["ms_per_step"] / floor_ms
@@ -129,8 +123,8 @@ def main(argv=None) -> int:
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    _plot(result, out.with_suffix(".png"))
+        result = write_report(out, result)
+    result = write_report(out, result, _plot)
     print("\n| row | batch | compile s | tokens/s | ms/step | floor ms | x floor | NFE |\n|---|---|---|---|---|---|---|---|")
     for r in result["rows"]:
         if "error" in r:
@@ -142,8 +136,6 @@ def main(argv=None) -> int:
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = [r for r in result["rows"] if "ms_per_step" in r]
     fig, ax = plt.subplots(figsize=(7, 4))
