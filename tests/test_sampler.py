@@ -41,11 +41,12 @@ def test_batch_of_different_prompt_lengths_equals_each_row_alone(model, policy):
 
 # What each registered policy needs beyond the shared LLaDA model and `cfg(gen_length=32, steps=16)`:
 # "config": more SamplerConfig settings; "model": "causal" for the draft-and-verify policies (a
-# causal model, no MASK token); "params": a builder of its `policy_params`. A newly registered
-# policy fails the test below until it has an entry here ({} when nothing extra is needed).
+# causal model, no MASK token); "params": a builder of its `policy_params`; "idle_forwards": a forward
+# may commit nothing (so `nfe` may exceed the last commit step). A newly registered policy fails the
+# test below until it has an entry here ({} when nothing extra is needed).
 POLICY_SETUP = {
     "llada": {}, "threshold": {}, "factor": {}, "entropy": {}, "local_leap": {}, "credit": {}, "prophet": {},
-    "token_editing": {},
+    "token_editing": {"idle_forwards": True},  # its post-steps re-read a full block and may edit nothing
     "dream": {"config": {"block_length": 32}},  # Dream decodes the whole canvas as one block
     "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},
     "jacobi": {"model": "causal"},
@@ -73,7 +74,10 @@ def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
     if net.config.mask_token_id is not None:
         assert not (tokens == net.config.mask_token_id).any(), policy
     assert (steps[:, :5] == 0).all() and (steps[:, 5:] >= 1).all(), policy
-    assert (steps.max(1) == nfe).all(), policy
+    if setup.get("idle_forwards"):
+        assert (steps.max(1) <= nfe).all(), policy
+    else:
+        assert (steps.max(1) == nfe).all(), policy
     if policy == "llada":
         assert (nfe == 16).all()
         per_step = [np.bincount(s[5:], minlength=17)[1:] for s in steps]
