@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from jaxdllm.attention import MaskSpec, attend
-from forward import forward
-from mask_rules import brute_force
+from support.forward import forward
+from support.mask_rules import brute_force
 
 
 CASES = [

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxdllm.attention import GPU_AUTO, MaskSpec, resolve_impl
+from support import registries
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "sampling" / "results" / "attention_benchmark_h100.json"
 KIND_OF = {"dense": "bidirectional", "causal": "causal", "block_diffusion": "block_diffusion",
@@ -75,13 +76,12 @@ def _explicit_cases():
     return jax, q, k, masks
 
 
-# One case (the sharded splash kernel) in the default run; the rest in the slow run.
+# Every registered backend, placed both ways: one case (the sharded splash kernel) in the default run,
+# the rest in the slow run (tests/test_contracts.py checks each backend unsharded in the default run).
 @pytest.mark.mesh
 @pytest.mark.parametrize("impl,placed", [
-    ("splash", "sharded"),
-    *[pytest.param(i, p, marks=pytest.mark.slow) for i, p in (("splash", "unsharded"), ("pallas", "sharded"),
-                                                              ("pallas", "unsharded"))],
-    *[pytest.param(i, p, marks=pytest.mark.slow) for i in ("reference", "xla") for p in ("unsharded", "sharded")]])
+    (i, p) if (i, p) == ("splash", "sharded") else pytest.param(i, p, marks=pytest.mark.slow)
+    for i in registries.attention_backends() for p in ("sharded", "unsharded")])
 def test_every_backend_under_an_explicit_axes_mesh(impl, placed):
     """Forward and gradient inside `jax.set_mesh(jax.make_mesh(...))` equal the dense reference
     outside it, for inputs that carry no sharding and for inputs sharded over the mesh; the
@@ -93,7 +93,7 @@ def test_every_backend_under_an_explicit_axes_mesh(impl, placed):
 
     jax, q, k, masks = _explicit_cases()
     mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"))
-    options = {"interpret": True} if impl in ("pallas", "splash") else {}
+    options = registries.backend_options(impl)  # the Pallas kernels in interpret mode; cuDNN off a GPU: skipped
     for name, mask in masks.items():
         want = reference_attention(q, k, k, mask)
         want_grad = jax.grad(lambda q: reference_attention(q, k, k, mask).sum())(q)

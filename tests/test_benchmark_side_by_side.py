@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from llada_reference import make_llada_checkpoint
-from sampler_fixtures import HEAD_SCALE, MASK_ID
+from support.llada_reference import make_llada_checkpoint
+from support.sampler_fixtures import HEAD_SCALE, MASK_ID
 
 from sampling.benchmarks.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main
 from sampling.torch_reference.torch_llada import TorchLLaDA

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxdllm import KVCache, MaskSpec, ModelConfig, Transformer
-from forward import forward
+from support.forward import forward
 
 TOL = 1e-5
 

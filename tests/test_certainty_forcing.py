@@ -2,25 +2,25 @@
 after the active one, where the entropy term's gradient flows, and the loss itself against a
 position-by-position numpy computation from two separate forwards (one per view)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-from jaxdllm import MaskSpec, ModelConfig, Transformer
+from jaxdllm import MaskSpec, ModelConfig
 from jaxdllm.data import BatchConfig, build_char_tokenizer, make_batch_iterator, make_mixture
 from jaxdllm.errors import ConfigError
 from jaxdllm.train.objectives import Views, make_objective
-from forward import forward
+from support.forward import forward
+from support.models import tiny_model
 
 TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
 
 
-def tiny(preset, **kw):
-    model = Transformer(ModelConfig.preset(preset, **kw), rngs=nnx.Rngs(1))
-    model.lm_head[...] = model.lm_head[...] * 20.0  # peaked logits: some argmaxes hit the label
-    return model
+# peaked logits (a scaled head): some argmaxes hit the label
+tiny = functools.partial(tiny_model, seed=1, head_scale=20.0, shared=True)
 
 
 def batch(rows=8, seq_len=32, seed=0):

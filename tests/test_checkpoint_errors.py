@@ -8,7 +8,7 @@ from safetensors.numpy import load_file, save_file
 
 import jaxdllm
 from jaxdllm import CheckpointError
-from hf_models import make_hf_model
+from support.hf_models import make_hf_model
 
 
 @pytest.fixture

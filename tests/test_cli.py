@@ -1,20 +1,12 @@
 """The jaxdllm command line on a tiny checkpoint, run as a user would run it."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from hf_models import make_hf_model
-
-
-def _run(*args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return subprocess.run([sys.executable, "-m", "jaxdllm.cli", *args], capture_output=True, text=True, env=env)
+from support.cli import run_cli as _run
+from support.hf_models import make_hf_model
 
 
 def test_one_module_per_command_and_help_lists_them():
@@ -52,7 +44,7 @@ def test_readable_error_for_a_bad_directory(tmp_path):
 def _tiny_llada_with_tokenizer(path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from llada_reference import TINY, make_llada_checkpoint
+    from support.llada_reference import TINY, make_llada_checkpoint
 
     make_llada_checkpoint(path, head_scale=15.0)
     vocab = {f"w{i}": i for i in range(TINY["vocab_size"])}

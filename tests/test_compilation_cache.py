@@ -2,12 +2,12 @@
 loads its compiled programs from the folder instead of compiling them again."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from jaxdllm.compilation_cache import DEFAULT_DIR, ENV, compilation_cache_dir
+from support.cli import cli_env
 
 # Runs `jaxdllm generate` in this fresh process and prints JAX's persistent-cache events.
 COUNT_EVENTS = """
@@ -35,8 +35,7 @@ def test_folder_from_argument_environment_or_default(monkeypatch, tmp_path):
 
 
 def _generate(model_dir: Path, cache: str) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", **{ENV: cache}, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    env.pop("XLA_FLAGS", None)
+    env = cli_env(**{ENV: cache}, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     out = subprocess.run([sys.executable, "-c", COUNT_EVENTS, "generate", "--model", str(model_dir), "--prompt",
                           "w1 w2 w3", "--preset", "fast-dllm-parallel", "--gen-length", "8", "--block-length", "8"],
                          capture_output=True, text=True, env=env)
@@ -69,8 +68,7 @@ def test_uncreatable_folder_warns_and_runs_without(tmp_path):
             "    warnings.simplefilter('always')\n"
             f"    print(enable_compilation_cache({str(tmp_path / 'file' / 'xla')!r}), jax.config.jax_compilation_cache_dir,"
             " 'cannot be created' in str(w[0].message))\n")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = cli_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "None", "True"]

@@ -14,8 +14,8 @@ import jaxdllm
 from jaxdllm import SamplerConfig
 from jaxdllm.decoding import Cache, Commit, Policy, loop, register_cache, register_policy, sampler
 from jaxdllm.decoding.methods import method_of
-from forward import forward
-from sampler_fixtures import MASK_ID, prompts, tiny_llada
+from support.forward import forward
+from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +55,8 @@ register_cache(CountingFullCache)
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return tiny_llada(tmp_path_factory.mktemp("llada"))[0]
+def model():
+    return shared_tiny_llada()[0]
 
 
 def left_to_right_reference(model, prompt, gen):
@@ -103,13 +103,13 @@ def test_sampler_params_setter_checks_the_tree_and_keeps_placement(model):
         s.params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), s.params)
 
 
-def test_batch_sharded_over_the_mesh_data_axes_equals_one_device(tmp_path):
+def test_batch_sharded_over_the_mesh_data_axes_equals_one_device():
     from jaxdllm.sharding import make_mesh
 
-    _, _, _ = tiny_llada(tmp_path)
+    path = shared_tiny_llada()[3]
     mesh = make_mesh(data=2, fsdp=2, tensor=2)
-    sharded = jaxdllm.Sampler(jaxdllm.from_pretrained(tmp_path, mesh=mesh))
-    single = jaxdllm.Sampler(jaxdllm.from_pretrained(tmp_path))
+    sharded = jaxdllm.Sampler(jaxdllm.from_pretrained(path, mesh=mesh))
+    single = jaxdllm.Sampler(jaxdllm.from_pretrained(path))
     assert sharded._row_multiple == 4  # batch over data x fsdp
     ids, mask, _ = prompts([3, 6, 5, 2, 7, 4], seed=23)  # 6 rows: padded to 8 with idle rows
     config = SamplerConfig(gen_length=8, block_length=4, policy="threshold", prompt_bucket=8)

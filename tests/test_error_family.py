@@ -16,6 +16,7 @@ import pytest
 
 import jaxdllm
 from jaxdllm import errors
+from support.cli import cli_command, cli_env, run_cli as _cli, start_cli
 
 PACKAGE = Path(jaxdllm.__file__).resolve().parent
 # AssertionError stays allowed: it marks a broken internal invariant, which no input can cause.
@@ -48,13 +49,6 @@ def test_every_error_type_is_a_jaxdllm_error_and_its_builtin():
         assert issubclass(getattr(errors, name), errors.JaxdllmError), name
 
 
-def _cli(*args, cwd=None):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    return subprocess.run([sys.executable, "-m", "jaxdllm.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd)
-
-
 def test_a_library_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     (tmp_path / "recipe.toml").write_text("[model]\npreset = \"tiny-llada\"\n[mesh]\ndata = 3\n")
     out = _cli("train", str(tmp_path / "recipe.toml"), "--workdir", str(tmp_path / "run"))
@@ -65,11 +59,8 @@ def test_a_library_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "copy,reverse,sort", "--n", "400",
-                             "--batch-size", "20", "--no-progress", "--out", str(tmp_path / "ev")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_cli("eval", "--tasks", "copy,reverse,sort", "--n", "400", "--batch-size", "20", "--no-progress",
+                     "--out", tmp_path / "ev")
     items = tmp_path / "ev" / "items.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (items.is_file() and items.stat().st_size):
@@ -138,8 +129,7 @@ def test_device_out_of_memory_is_one_line_with_sizes(tmp_path):
     (big / "config.json").write_text(json.dumps(config))
     script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
               "from jaxdllm.cli import main; sys.exit(main(sys.argv[1:]))")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
+    env = cli_env()
     out = subprocess.run([sys.executable, "-c", script, "generate", "--model", str(big), "--prompt", "copy 12=",
                           "--gen-length", "32768", "--block-length", "32768", "--steps", "1"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -254,10 +244,9 @@ def test_text_the_tokenizer_does_not_know_is_named(shipped, tmp_path):
 @pytest.mark.slow  # a training process, interrupted, then resumed
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
 def test_a_stopped_train_saves_the_step_and_the_same_command_resumes(signum, tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    command = [sys.executable, "-m", "jaxdllm.cli", "train", "tasks_tiny_cpu", "--workdir", str(tmp_path / "run"),
-               "--set", "log.progress=false", "--set", "log.every=1", "--set", "checkpoint.every=1000"]
+    env = cli_env()
+    command = cli_command("train", "tasks_tiny_cpu", "--workdir", tmp_path / "run", "--set", "log.progress=false",
+                          "--set", "log.every=1", "--set", "checkpoint.every=1000")
     proc = subprocess.Popen([*command, "--steps", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     metrics = tmp_path / "run" / "metrics.jsonl"
@@ -280,8 +269,7 @@ def test_a_stopped_train_saves_the_step_and_the_same_command_resumes(signum, tmp
 def test_without_matplotlib_eval_reports_only_what_it_wrote(tmp_path):
     script = ("import sys; sys.modules['matplotlib'] = None; "  # as if the eval extra were not installed
               "from jaxdllm.cli import main; sys.exit(main(sys.argv[1:]))")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
+    env = cli_env()
     out = subprocess.run([sys.executable, "-c", script, "eval", "--tasks", "copy", "--n", "2", "--batch-size", "2",
                           "--no-progress", "--out", str(tmp_path / "ev")], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr

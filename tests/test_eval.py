@@ -2,11 +2,9 @@
 reproduced, sweeps, the Pareto plot, and a kill/resume that gives the same JSON."""
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,6 +17,7 @@ from jaxdllm.data.gsm8k import SHIPPED_DIR
 from jaxdllm.errors import ConfigError
 from jaxdllm.eval import (Gsm8kEvalTask, SuiteEvalTask, checkpoint_samplers, evaluate, resolve_tasks,
                           sampler_settings, without_timing)
+from support.cli import cli_command, cli_env as _cli_env
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 
@@ -184,14 +183,8 @@ def test_new_weights_at_the_same_path_are_decoded_again(shipped, tmp_path, monke
 
 
 def _eval_command(out):
-    return [sys.executable, "-m", "jaxdllm.cli", "eval", "--tasks", "reverse,perm", "--n", "64",
-            "--batch-size", "4", "--preset", "fast-dllm-parallel", "--out", str(out), "--no-progress"]
-
-
-def _cli_env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return env
+    return cli_command("eval", "--tasks", "reverse,perm", "--n", "64", "--batch-size", "4", "--preset",
+                       "fast-dllm-parallel", "--out", out, "--no-progress")
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,7 @@ def test_tile_map_skips_exactly_the_tiles_above_the_causal_diagonal():
 def test_tile_map_of_a_lookahead_forward_skips_the_tiles_no_token_sees():
     """Lookahead decoding's layout (N 5, W 15, G 15) after a 64-token prefix, 16-tiles: a tile is
     empty exactly where the per-element rule shows nothing, and most of the window's tiles are."""
-    from mask_rules import brute_force
+    from support.mask_rules import brute_force
 
     shape, prefix = (4, 15, 4), 64
     q_len = 1 + 4 * 15 + 15 * 4

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import jaxdllm
-from forward import forward
-from hf_models import SHAPES, hf_logits, make_hf_model
+from support.forward import forward
+from support.hf_models import SHAPES, hf_logits, make_hf_model
 
 TOL = 1e-4
 CASES = [(kind, shape) for kind in ("llama", "qwen2") for shape in SHAPES]
@@ -119,7 +119,7 @@ def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
 def test_structured_masks_match_transformers_with_the_same_dense_mask(saved, kind):
     """The whole model under each structured layout equals transformers fed the dense mask
     (built from the published per-element rules) and the same position ids."""
-    from mask_rules import brute_force
+    from support.mask_rules import brute_force
 
     hf, path = saved
     ours = jaxdllm.from_pretrained(path)

@@ -10,8 +10,8 @@ import torch
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
-from hf_models import make_hf_model
-from sampler_fixtures import prompts
+from support.hf_models import make_hf_model
+from support.sampler_fixtures import prompts
 
 PAD = 0
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdllm import ConfigError, MaskSpec, ModelConfig, Transformer
+from jaxdllm import ConfigError, MaskSpec, ModelConfig
 from jaxdllm.data import BatchConfig, BatchIterator, SpecialIds
 from jaxdllm.train.distill.trajectories import (Trajectory, noise_ratios, pack, progressive_noisy,
                                                   trajectory_examples)
 from jaxdllm.train.objectives import Views, make_objective
 from jaxdllm.train.objectives.jacobi_forcing import packed_mask, stream_layout
+from support.models import tiny_model
 
 N = 4
 EOS, PAD = 254, 0
@@ -21,9 +22,8 @@ EOS, PAD = 254, 0
 
 @pytest.fixture(scope="module")
 def model():
-    m = Transformer(ModelConfig.preset("tiny-qwen2", eos_token_id=EOS, pad_token_id=PAD), rngs=nnx.Rngs(3))
-    m.lm_head[...] = m.lm_head[...] * 10.0  # peaked logits
-    return m
+    return tiny_model("tiny-qwen2", seed=3, head_scale=10.0, shared=True,  # peaked logits
+                      eos_token_id=EOS, pad_token_id=PAD)
 
 
 def rows(seed=0):

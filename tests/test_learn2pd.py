@@ -2,8 +2,6 @@
 fit, its file beside the model, and `--preset learn2pd` finding the shipped filter."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -18,15 +16,15 @@ from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.eval.evaluate import weights_version
 from jaxdllm.train.distill.learn2pd import OracleExamples, acceptance, bce, oracle_examples, train_filter
 from jaxdllm.train.distill.teacher import _states
-from sampler_fixtures import MASK_ID, prompts, tiny_llada
+from support.cli import run_cli
+from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-llada-small"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("l2pd")
-    model, _, _ = tiny_llada(path)
+def tiny():
+    model, _, _, path = shared_tiny_llada()
     return path, model
 
 
@@ -146,8 +144,7 @@ def test_shipped_filter_found_by_the_preset():
     """`--preset learn2pd` on the shipped model reads its filter without flags; the Python path
     gets the same filter, and with end-of-text prediction a second block is never decoded."""
     assert (SHIPPED / FILTER_FILE).is_file() and filter_facts(SHIPPED)["model"] == "tasks-llada-small"
-    run = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--preset", "learn2pd",
-                          "--prompt", "reverse 4821="], capture_output=True, text=True)
+    run = run_cli("generate", "--preset", "learn2pd", "--prompt", "reverse 4821=")
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "1284"
     nfe = int(run.stderr.split("[nfe ")[1].split()[0])
@@ -199,17 +196,15 @@ batch_size = 64
 held_out = 0.25
 out = "{tmp_path / 'filter'}"
 """)
-    cli = [sys.executable, "-m", "jaxdllm.cli", "distill"]
-    run = subprocess.run(cli + ["trajectories", str(recipe), "--no-progress"], capture_output=True, text=True)
+    run = run_cli("distill", "trajectories", recipe, "--no-progress")
     assert run.returncode == 0, run.stderr
-    run = subprocess.run(cli + ["learn2pd", str(recipe)], capture_output=True, text=True)
+    run = run_cli("distill", "learn2pd", recipe)
     assert run.returncode == 0, run.stderr
     assert "threshold 0.96: accepts" in run.stdout
     report = json.loads((tmp_path / "filter" / "learn2pd_filter.json").read_text())
     assert report["prompts"] == 12 and report["held_out_prompts"] == 3 and report["states"]["train"] > 0
     assert filter_facts(tmp_path / "filter")["block_length"] == 16
-    run = subprocess.run(cli + ["learn2pd", str(recipe), "--set", "learn2pd.trajectories=missing.jsonl"],
-                         capture_output=True, text=True)
+    run = run_cli("distill", "learn2pd", recipe, "--set", "learn2pd.trajectories=missing.jsonl")
     assert run.returncode == 2 and "record them first with `jaxdllm distill trajectories" in run.stderr
 
 

@@ -9,8 +9,8 @@ import torch
 from safetensors.numpy import load_file
 
 import jaxdllm
-from forward import forward
-from llada_reference import TINY, llada_forward, make_llada_checkpoint
+from support.forward import forward
+from support.llada_reference import TINY, llada_forward, make_llada_checkpoint
 
 
 @pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"weight_tying": True}],

@@ -1,5 +1,5 @@
 """LLaDA2 (MoE block diffusion): logits and routing against a torch forward written from the published
-modeling code (tests/llada2_reference.py), grouped matmuls against a dense all-experts mix, checkpoint
+modeling code (tests/support/llada2_reference.py), grouped matmuls against a dense all-experts mix, checkpoint
 round trips, an 8-device load with experts sharded, and the compiled loop with the `llada2` preset."""
 
 import json
@@ -17,7 +17,7 @@ from jaxdllm import ModelConfig, SamplerConfig, generate, sharding
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
-from llada2_reference import TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint
+from support.llada2_reference import TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint
 
 TOL = 1e-4  # the fp32 parity tolerance of tests/test_hf_parity.py
 VARIANTS = {

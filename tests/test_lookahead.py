@@ -12,7 +12,7 @@ import pytest
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.decoding.policies import Lookahead
-from sampler_fixtures import prompts
+from support.sampler_fixtures import prompts
 from test_jacobi import PAD, assert_greedy_up_to_eos, hf_greedy, saved  # noqa: F401  (saved: the checkpoint fixture)
 
 

@@ -13,8 +13,8 @@ import jaxdllm
 from jaxdllm import SamplerConfig, generate, sharding
 from jaxdllm.data import build_char_tokenizer, make_batch_iterator, make_mixture
 from jaxdllm.train import TrainConfig, Trainer
-from hf_models import make_hf_model
-from llada_reference import make_llada_checkpoint
+from support.hf_models import make_hf_model
+from support.llada_reference import make_llada_checkpoint
 
 pytestmark = pytest.mark.mesh
 

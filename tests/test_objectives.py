@@ -3,23 +3,23 @@ written out here position by position (numpy, float64) from the model's logits o
 noisy input. The random draw (`objective.noise`) is shared; which logit predicts which token,
 the CE / p weights and the normalisers are computed independently below."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
-from flax import nnx
 
-from jaxdllm import MaskSpec, ModelConfig, Transformer
+from jaxdllm import MaskSpec, ModelConfig
 from jaxdllm.data import BatchConfig, build_char_tokenizer, make_batch_iterator, make_mixture
 from jaxdllm.train.objectives import Views, make_objective
-from forward import forward
+from support.forward import forward
+from support.models import tiny_model
 
 TASKS = ("copy", "reverse", "sort", "add")
 
 
-def tiny(preset, **kw):
-    model = Transformer(ModelConfig.preset(preset, **kw), rngs=nnx.Rngs(1))
-    model.lm_head[...] = model.lm_head[...] * 20.0  # peaked logits: CE differs from position to position
-    return model
+# peaked logits (a scaled head): CE differs from position to position
+tiny = functools.partial(tiny_model, seed=1, head_scale=20.0, shared=True)
 
 
 def batch(pack, seq_len=32, rows=4, seed=0):

@@ -15,7 +15,7 @@ from jaxdllm.decoding.caches import PrefixCache, block_start
 from jaxdllm.decoding.layout import CanvasView, Layout
 from jaxdllm.decoding.state import DecodeState
 from jaxdllm.models.cache import KVCache
-from sampler_fixtures import prompts, tiny_llada
+from support.sampler_fixtures import prompts, tiny_llada
 
 
 @dataclasses.dataclass(frozen=True)

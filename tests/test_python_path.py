@@ -6,8 +6,6 @@ test; the left-padding layout is spelled out by hand.
 """
 
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +17,7 @@ from jaxdllm.data import get_task
 from jaxdllm.decoding import SAMPLER_PRESETS
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.extras import MissingExtraError, require
+from support.cli import run_cli
 
 SHIPPED = ["tasks-llada-small", "tasks-llada-small-dparallel", "tasks-qwen2-small", "tasks-qwen2-small-jf"]
 pytestmark = pytest.mark.skipif(not (jaxdllm.checkpoint_dir(SHIPPED[0]) / "config.json").is_file(),
@@ -118,18 +117,12 @@ def test_eval_settings_rescale_a_new_length_however_it_is_given():
 
 def test_the_default_model_is_the_shipped_one_whatever_the_working_folder_holds(tmp_path):
     (tmp_path / "tasks-llada-small").mkdir()  # a folder of the same name where the command runs
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--prompt", "reverse 4821="],
-                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    out = run_cli("generate", "--prompt", "reverse 4821=", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "1284", out.stderr
 
 
 def test_the_command_line_decodes_a_causal_checkpoint_with_jacobi_without_flags(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--model", "tasks-qwen2-small-jf",
-                          "--prompt", "reverse 3141592653589="], capture_output=True, text=True, env=env, cwd=tmp_path)
+    out = run_cli("generate", "--model", "tasks-qwen2-small-jf", "--prompt", "reverse 3141592653589=", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "9853562951413"  # the card's task: the reversed digits
     assert "[nfe 2 " in out.stderr  # the card's Jacobi Forcing speed: the whole answer in two forwards
@@ -215,15 +208,11 @@ def test_cached_presets_are_flagged_where_the_card_measured_them_failing(llada):
 
 @pytest.mark.slow  # two fresh processes
 def test_generate_and_eval_warn_on_a_flagged_cache(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
-    env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--preset", "fast-dllm-dual", "--prompt",
-                          "copy 2718="], capture_output=True, text=True, env=env, cwd=tmp_path)
+    out = run_cli("generate", "--preset", "fast-dllm-dual", "--prompt", "copy 2718=", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "2718", out.stderr
     assert "warning: cache 'dual' on tasks-llada-small: an approximation that fails here" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "eval", "--preset", "fast-dllm-prefix", "--tasks", "copy",
-                          "--n", "4", "--no-progress", "--out", str(tmp_path / "ev")], capture_output=True, text=True,
-                         env=env, cwd=tmp_path)
+    out = run_cli("eval", "--preset", "fast-dllm-prefix", "--tasks", "copy", "--n", "4", "--no-progress",
+                  "--out", tmp_path / "ev", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "warning: cache 'prefix' on tasks-llada-small" in out.stderr and "Traceback" not in out.stderr
 

@@ -4,8 +4,6 @@ weights, its logits against bf16 within a stated tolerance, and int8 through che
 (sharded and stacked), export and the command line."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +14,7 @@ from flax import nnx
 from jaxdllm import ModelConfig, Transformer, sharding
 from jaxdllm.checkpoint import from_pretrained, save_pretrained
 from jaxdllm.models.quantize import quantize_kernel, quantize_weights
+from support.cli import run_cli
 
 # The bf16 tolerance: int8 weights (bf16 compute) against the bf16 model, on random tiny models
 # whose logits reach 0.6-0.7: at most 0.02 apart anywhere, 0.004 on average, and the same argmax
@@ -115,14 +114,12 @@ def test_generate_and_eval_take_quantize_int8(tmp_path):
     default results folder, so a float run's records are never resumed as int8 ones."""
     from jaxdllm.cli import default_eval_dir
 
-    run = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--prompt", "reverse 4821=",
-                          "--quantize", "int8"], capture_output=True, text=True, timeout=300)
+    run = run_cli("generate", "--prompt", "reverse 4821=", "--quantize", "int8", timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[0] == "1284"
     folder = tmp_path / "model"
     assert default_eval_dir(folder, "int8").name == default_eval_dir(folder).name + "-int8"
-    bad = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--prompt", "x", "--quantize", "int4"],
-                         capture_output=True, text=True, timeout=120)
+    bad = run_cli("generate", "--prompt", "x", "--quantize", "int4", timeout=120)
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
@@ -130,11 +127,8 @@ def test_generate_and_eval_take_quantize_int8(tmp_path):
 def test_inspect_plans_int8_weights():
     from jaxdllm.shipped import checkpoint_dir
 
-    run = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "inspect", str(checkpoint_dir("tasks-llada-small")),
-                          "--plan", "v5e-1", "--plan-dtype", "int8"], capture_output=True, text=True, timeout=300)
+    run = run_cli("inspect", checkpoint_dir("tasks-llada-small"), "--plan", "v5e-1", "--plan-dtype", "int8", timeout=300)
     assert run.returncode == 0, run.stderr
     plan = json.loads(run.stdout)["memory_plan"]["v5e-1"]
-    float_run = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "inspect",
-                                str(checkpoint_dir("tasks-llada-small")), "--plan", "v5e-1"],
-                               capture_output=True, text=True, timeout=300)
+    float_run = run_cli("inspect", checkpoint_dir("tasks-llada-small"), "--plan", "v5e-1", timeout=300)
     assert plan["fits"] and plan["weights_gib"] <= json.loads(float_run.stdout)["memory_plan"]["v5e-1"]["weights_gib"]

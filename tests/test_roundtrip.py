@@ -10,8 +10,8 @@ import transformers
 from flax import nnx
 
 import jaxdllm
-from forward import forward
-from hf_models import hf_logits, make_hf_model
+from support.forward import forward
+from support.hf_models import hf_logits, make_hf_model
 
 
 def _flat_params(model):

@@ -1,5 +1,8 @@
 """Properties of the compiled sampler that need no external reference: padding invariance,
-cache refresh exactness, one compiled loop, stepwise equality, EOS stop, trajectories, errors."""
+every registered policy fills the canvas, one compiled loop, stepwise equality, EOS stop,
+trajectories, errors. (Each cache's exactness: tests/test_contracts.py.)"""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -9,17 +12,17 @@ from flax import nnx
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
-from sampler_fixtures import MASK_ID, prompts, tiny_llada
+from support import registries
+from support.models import tiny_model
+from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return tiny_llada(tmp_path_factory.mktemp("llada"))[0]
+def model():
+    return shared_tiny_llada()[0]
 
 
-def cfg(**kw):
-    base = dict(gen_length=16, block_length=8, steps=8, prompt_bucket=8)
-    return SamplerConfig(**{**base, **kw})
+cfg = functools.partial(SamplerConfig, gen_length=16, block_length=8, steps=8, prompt_bucket=8)  # any may be overridden
 
 
 @pytest.mark.parametrize("policy", ["llada", "threshold", "entropy", "credit"])
@@ -36,33 +39,51 @@ def test_batch_of_different_prompt_lengths_equals_each_row_alone(model, policy):
                                       np.asarray(alone.commit_step[0, len(row):]))
 
 
-@pytest.mark.parametrize("cache", ["prefix", "dual"])
-@pytest.mark.parametrize("policy", ["threshold", "llada"])
-def test_cache_refreshed_every_step_equals_no_cache(model, cache, policy):
-    ids, mask, _ = prompts([4, 6], seed=2)
-    exact = jaxdllm.generate(model, ids, cfg(policy=policy), attention_mask=mask)
-    refreshed = jaxdllm.generate(model, ids, cfg(policy=policy, cache=cache, cache_refresh_every_step=True),
-                                 attention_mask=mask)
-    np.testing.assert_array_equal(np.asarray(refreshed.tokens), np.asarray(exact.tokens))
-    np.testing.assert_array_equal(np.asarray(refreshed.nfe), np.asarray(exact.nfe))
-    approx = jaxdllm.generate(model, ids, cfg(policy=policy, cache=cache), attention_mask=mask)
-    assert not (np.asarray(approx.tokens) == MASK_ID).any()  # approximate, but complete
+# What each registered policy needs beyond the shared LLaDA model and `cfg(gen_length=32, steps=16)`:
+# "config": more SamplerConfig settings; "model": "causal" for the draft-and-verify policies (a
+# causal model, no MASK token); "params": a builder of its `policy_params`; "idle_forwards": a forward
+# may commit nothing (so `nfe` may exceed the last commit step). A newly registered policy fails the
+# test below until it has an entry here ({} when nothing extra is needed).
+POLICY_SETUP = {
+    "llada": {}, "threshold": {}, "factor": {}, "entropy": {}, "local_leap": {}, "credit": {}, "prophet": {},
+    "token_editing": {"idle_forwards": True},  # its post-steps re-read a full block and may edit nothing
+    "dream": {"config": {"block_length": 32}},  # Dream decodes the whole canvas as one block
+    "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},
+    "jacobi": {"model": "causal"},
+    "lookahead": {"model": "causal"},
+}
 
 
-def test_every_policy_fills_the_canvas_and_counts(model):
+@pytest.fixture(scope="module")
+def causal_model():
+    return tiny_model("tiny-qwen2", shared=True)
+
+
+@pytest.mark.parametrize("policy", registries.policies())
+def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
+    if policy not in POLICY_SETUP:
+        pytest.fail(f"policy {policy!r} is registered but has no entry in POLICY_SETUP (tests/test_sampler.py): "
+                    "add one ({} if the shared LLaDA model and config suffice)")
+    setup = POLICY_SETUP[policy]
+    net = causal_model if setup.get("model") == "causal" else model
+    params = setup["params"]() if "params" in setup else None
     ids, mask, _ = prompts([5, 5], seed=3)
-    for policy in ("llada", "threshold", "factor", "entropy", "local_leap", "credit", "prophet"):
-        r = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=16, policy=policy), attention_mask=mask)
-        tokens, steps, nfe = np.asarray(r.tokens), np.asarray(r.commit_step), np.asarray(r.nfe)
-        assert not (tokens == MASK_ID).any(), policy
-        assert (steps[:, :5] == 0).all() and (steps[:, 5:] >= 1).all(), policy
+    config = cfg(gen_length=32, steps=16, policy=policy, **setup.get("config", {}))
+    r = jaxdllm.generate(net, ids, config, attention_mask=mask, policy_params=params)
+    tokens, steps, nfe = np.asarray(r.tokens), np.asarray(r.commit_step), np.asarray(r.nfe)
+    if net.config.mask_token_id is not None:
+        assert not (tokens == net.config.mask_token_id).any(), policy
+    assert (steps[:, :5] == 0).all() and (steps[:, 5:] >= 1).all(), policy
+    if setup.get("idle_forwards"):
+        assert (steps.max(1) <= nfe).all(), policy
+    else:
         assert (steps.max(1) == nfe).all(), policy
-        if policy == "llada":
-            assert (nfe == 16).all()
-            per_step = [np.bincount(s[5:], minlength=17)[1:] for s in steps]
-            assert all((c == 2).all() for c in per_step)  # 8-token blocks, 4 steps each: 2 per step
-        if policy == "prophet":
-            assert (nfe <= 16).all()
+    if policy == "llada":
+        assert (nfe == 16).all()
+        per_step = [np.bincount(s[5:], minlength=17)[1:] for s in steps]
+        assert all((c == 2).all() for c in per_step)  # 8-token blocks, 4 steps each: 2 per step
+    if policy == "prophet":
+        assert (nfe <= 16).all()
 
 
 def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model, compiles):
@@ -97,16 +118,16 @@ def test_stepwise_python_loop_equals_compiled_loop(model):
         np.testing.assert_array_equal(np.asarray(a.nfe), np.asarray(b.nfe))
 
 
-def test_stop_at_eos(tmp_path):
+def test_stop_at_eos():
     """Declare the token the model emits most as EOS: rows stop at its first commit with
     nothing undecided before it, and the rest of the row is EOS."""
-    model, _, _ = tiny_llada(tmp_path)
+    model, _, _, path = shared_tiny_llada()
     ids, mask, _ = prompts([4, 6], seed=7)
     width = ids.shape[1]
     plain = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=32), attention_mask=mask)
     assert (plain.nfe == 32).all()
     eos = int(np.bincount(plain.tokens[:, width:].ravel()).argmax())
-    model = jaxdllm.from_pretrained(tmp_path, eos_token_id=eos)
+    model = jaxdllm.from_pretrained(path, eos_token_id=eos)
     stopped = jaxdllm.generate(model, ids, cfg(gen_length=32, steps=32, stop_at_eos=True), attention_mask=mask)
     assert (stopped.nfe < 32).all()
     for row in range(2):
@@ -214,14 +235,14 @@ def test_learn2pd_filter_bounds(model):
     assert not (out.tokens == MASK_ID).any() and (out.nfe <= 8).all()
 
 
-def test_learn2pd_end_of_text_prediction(tmp_path):
-    model, _, _ = tiny_llada(tmp_path)
+def test_learn2pd_end_of_text_prediction():
+    model, _, _, path = shared_tiny_llada()
     ids, mask, _ = prompts([4, 6], seed=14)
     width = ids.shape[1]
     first = jaxdllm.generate(model, ids, cfg(policy="learn2pd", eot_prediction=False), attention_mask=mask,
                              policy_params=_ConstantFilter(20.0))
     eos = int(first.tokens[0, width + 3])  # a token row 0 emits in its first block
-    model = jaxdllm.from_pretrained(tmp_path, eos_token_id=eos)
+    model = jaxdllm.from_pretrained(path, eos_token_id=eos)
     out = jaxdllm.generate(model, ids, cfg(policy="learn2pd"), attention_mask=mask,
                            policy_params=_ConstantFilter(20.0))
     gen = out.tokens[0, width:]

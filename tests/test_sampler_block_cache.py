@@ -5,6 +5,8 @@ the model's own forward over the final canvas, and bad combinations fail before 
 NFE relation: `nfe` counts decoding forwards only, so it is equal for both caches; `cache="block"`
 additionally runs one prompt prefill and one window-sized write per finished window but the last."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,8 +17,9 @@ import jaxdllm
 from jaxdllm import ConfigError, KVCache, MaskSpec, ModelConfig, SamplerConfig
 from jaxdllm.decoding import loop, sampler
 from jaxdllm.decoding.methods import method_of
-from forward import forward
-from sampler_fixtures import prompts
+from support.forward import forward
+from support.models import tiny_model
+from support.sampler_fixtures import prompts
 
 HEAD_SCALE = 60.0  # random weights give flat logits; scaled, the threshold policy commits several per step
 LENGTHS = [3, 11, 6]  # left-padded to 16: the 11-token prompt spans two model blocks, the others one
@@ -24,14 +27,11 @@ LENGTHS = [3, 11, 6]  # left-padded to 16: the 11-token prompt spans two model b
 
 @pytest.fixture(scope="module")
 def model():
-    m = jaxdllm.Transformer(ModelConfig.preset("tiny-block-diffusion"), rngs=nnx.Rngs(0))  # block_size 8
-    m.lm_head[...] = m.lm_head[...] * HEAD_SCALE
-    return m
+    return tiny_model("tiny-block-diffusion", head_scale=HEAD_SCALE, shared=True)  # block_size 8
 
 
-def cfg(**kw):
-    base = dict(gen_length=32, block_length=8, steps=16, policy="threshold", prompt_bucket=8)
-    return SamplerConfig(**{**base, **kw})
+cfg = functools.partial(SamplerConfig, gen_length=32, block_length=8, steps=16, policy="threshold",
+                        prompt_bucket=8)  # any may be overridden
 
 
 def assert_same(a, b):

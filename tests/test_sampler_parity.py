@@ -1,7 +1,7 @@
 """Token-for-token parity of the compiled sampler with two references on the same weights:
 
 1. the PyTorch eager port of the published algorithms (`sampling/torch_reference/torch_port.py`) running the
-   test-local torch LLaDA forward (`llada_reference.py`), and
+   test-local torch LLaDA forward (`support/llada_reference.py`), and
 2. the same port's Python loop driving jaxdllm's own (jitted) forward: a Python-loop
    reference that isolates the policy logic from model numerics.
 
@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import jaxdllm
-from forward import forward
-from llada_reference import llada_forward
-from sampler_fixtures import EOS_ID, MASK_ID, prompts, tiny_llada
+from support.forward import forward
+from support.llada_reference import llada_forward
+from support.sampler_fixtures import EOS_ID, MASK_ID, prompts, tiny_llada
 
 from sampling.torch_reference.torch_port import generate as port_generate
 

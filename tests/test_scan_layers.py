@@ -12,9 +12,9 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import KVCache, MaskSpec, SamplerConfig
 from jaxdllm.sharding import make_mesh
-from forward import forward
-from hf_models import hf_logits, make_hf_model
-from sampler_fixtures import prompts
+from support.forward import forward
+from support.hf_models import hf_logits, make_hf_model
+from support.sampler_fixtures import prompts
 
 
 @pytest.fixture(scope="module")

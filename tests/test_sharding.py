@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxdllm
 from jaxdllm import sharding
-from hf_models import make_hf_model
+from support.hf_models import make_hf_model
 
 pytestmark = pytest.mark.mesh
 

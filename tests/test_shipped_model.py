@@ -2,24 +2,19 @@
 Jacobi Forcing distillation): the README's first command works offline, and held-out task prompts are
 answered as their cards report."""
 
-import os
-import subprocess
-import sys
 
 import pytest
 
 from jaxdllm import SamplerConfig, Tokenizer, from_pretrained
 from jaxdllm.cli import DEFAULT_MODEL
 from jaxdllm.train.task_accuracy import evaluate_task
+from support.cli import run_cli
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 
 
 def test_readme_first_command_reverses_a_list():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--prompt", "reverse 4821="],
-                         capture_output=True, text=True, env=env)
+    out = run_cli("generate", "--prompt", "reverse 4821=")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1284"
     assert "[nfe 16 " in out.stderr
@@ -54,10 +49,7 @@ CAUSAL = DEFAULT_MODEL.parent / "tasks-qwen2-small"
 
 
 def test_causal_model_decodes_with_jacobi_forcing_preset_from_the_command_line():
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    out = subprocess.run([sys.executable, "-m", "jaxdllm.cli", "generate", "--model", str(CAUSAL), "--preset",
-                          "jacobi-forcing", "--prompt", "reverse 4821="], capture_output=True, text=True, env=env)
+    out = run_cli("generate", "--model", CAUSAL, "--preset", "jacobi-forcing", "--prompt", "reverse 4821=")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1284"
 

@@ -4,10 +4,8 @@ on a mesh as on one device; and the recipe's three commands (distill, train with
 `certainty_forcing`, generate with the `dparallel` preset) run end to end."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -24,6 +22,7 @@ from jaxdllm.sharding import make_mesh
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train.distill import check_answer, generate_answers, read_answers
 from jaxdllm.train.distill.teacher import read_prompt_files
+from support.cli import cli_command, cli_env
 
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-llada-small"
 ONE_TOKEN_PER_STEP = SamplerConfig(gen_length=16, block_length=16, steps=16)
@@ -146,10 +145,9 @@ def test_a_stopped_run_resumes_exactly(signum, tmp_path):
         [log]
         progress = false
     """))
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = cli_env()
     killed = tmp_path / "killed.jsonl"
-    command = [sys.executable, "-m", "jaxdllm.cli", "distill", "generate", str(recipe)]
+    command = cli_command("distill", "generate", recipe)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import jaxdllm
-from llada_reference import llada_forward, make_llada_checkpoint
-from sampler_fixtures import HEAD_SCALE, MASK_ID, prompts, tiny_llada
+from support.llada_reference import llada_forward, make_llada_checkpoint
+from support.sampler_fixtures import HEAD_SCALE, MASK_ID, prompts, tiny_llada
 
 from sampling.torch_reference.torch_llada import TorchLLaDA
 from sampling.torch_reference.torch_port import CachedForward, KVModel, generate, generate_batch

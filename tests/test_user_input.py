@@ -4,9 +4,6 @@ the commands the README shows work as written."""
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -25,7 +22,8 @@ from jaxdllm.train import config as recipe_lib
 from jaxdllm.train.lora import LoraConfig
 from jaxdllm.train.objectives import OBJECTIVES, make_objective
 
-from llada_reference import make_llada_checkpoint
+from support.cli import run_cli, start_cli
+from support.llada_reference import make_llada_checkpoint
 
 TINY_RECIPE = textwrap.dedent("""
     [model]
@@ -77,10 +75,7 @@ def _cli(capsys, *argv):
 
 def _run(*argv, timeout=300):
     """Run the command line as a user does, in a fresh process on one CPU device."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return subprocess.run([sys.executable, "-m", "jaxdllm.cli", *map(str, argv)], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    return run_cli(*argv, timeout=timeout)
 
 
 def _one_line_error(rc, err, *needles):
@@ -389,10 +384,7 @@ def test_two_runs_on_one_folder(tmp_path):
     recipe.write_text(TINY_RECIPE.replace("steps = 4", "steps = 400").replace("every = 2", "every = 100")
                       .replace("[log]\nevery = 1", "[log]\nevery = 20"))
     run = tmp_path / "run"
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    first = subprocess.Popen([sys.executable, "-m", "jaxdllm.cli", "train", str(recipe), "--workdir", str(run)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = start_cli("train", recipe, "--workdir", run)
     lock = run / ".jaxdllm-train.lock"
     deadline = time.time() + 120
     while not (lock.is_file() and str(first.pid) in lock.read_text()) and time.time() < deadline:

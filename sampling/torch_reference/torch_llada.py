@@ -1,7 +1,7 @@
 """A plain PyTorch LLaDA (eager; no cache of its own) that reads a checkpoint directory in LLaDA layout.
 
 It is the model side of the PyTorch baseline: `torch_port.generate(TorchLLaDA(...), ...)`.
-The forward is the one of `tests/llada_reference.py` written as modules: bidirectional
+The forward is the one of `tests/support/llada_reference.py` written as modules: bidirectional
 attention, GQA, fp32 RMSNorm, rotate-half RoPE at positions 0..L-1, SwiGLU MLP.
 
     model = TorchLLaDA.from_pretrained("/path/to/llada").eval()
