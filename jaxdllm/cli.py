@@ -290,7 +290,7 @@ def _convert(args) -> int:
         out = save_state(model, args.dst)
     else:
         out = save_pretrained(model, args.dst, max_shard_size=args.max_shard_size, copy_files_from=args.src)
-    print(f"wrote {out} ({model.config.num_params:,} parameters, {model.config.param_dtype})")
+    print(f"wrote {out} ({model.config.num_params:,} parameters, {model.options.param_dtype})")
     return 0
 
 

@@ -54,7 +54,9 @@ def _first_id(value) -> int | None:
     return value
 
 
-def _checkpoint_dtype(raw: dict) -> str:
+def checkpoint_dtype(raw: dict) -> str:
+    """The dtype a parsed config.json says its weights are stored in (`dtype` / `torch_dtype`;
+    float32 when absent): the default `param_dtype` of a model loaded from it."""
     name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
     return _TORCH_DTYPES.get(str(name), "float32")
 
@@ -96,7 +98,6 @@ def _llada_config(raw: dict, where: str) -> ModelConfig:
         if raw.get(key) is not None:
             ids[key] = _first_id(raw[key])
     bias = bool(raw.get("include_bias", False))
-    dtype = _checkpoint_dtype(raw)
     return ModelConfig(
         vocab_size=vocab, embed_dim=raw["d_model"], num_layers=raw["n_layers"],
         num_heads=raw["n_heads"], num_kv_heads=raw.get("n_kv_heads") or raw["n_heads"],
@@ -104,7 +105,7 @@ def _llada_config(raw: dict, where: str) -> ModelConfig:
         attention="bidirectional", qkv_bias=bias or bool(raw.get("include_qkv_bias", False)),
         out_bias=bias, mlp_bias=bias, tie_embeddings=bool(raw.get("weight_tying", False)),
         rope_theta=float(raw.get("rope_theta", 10000.0)), norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        max_position=int(raw.get("max_sequence_length", 4096)), param_dtype=dtype, dtype=dtype,
+        max_position=int(raw.get("max_sequence_length", 4096)),
         checkpoint_format="llada", model_type="llada", source_config=raw, **ids)
 
 
@@ -117,7 +118,6 @@ def _hf_config(raw: dict, model_type: str, where: str) -> ModelConfig:
         raise CheckpointError(f"{where}: hidden_act={raw['hidden_act']!r} is not supported (need silu)")
     theta, scaling = _rope(raw)
     heads = raw["num_attention_heads"]
-    dtype = _checkpoint_dtype(raw)
     is_llama = model_type == "llama"
     attention_bias = bool(raw.get("attention_bias", False))
     block = raw.get("bd_size")  # Fast-dLLM v2 style block-diffusion Qwen2
@@ -136,7 +136,7 @@ def _hf_config(raw: dict, model_type: str, where: str) -> ModelConfig:
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
         shift_logits=model_type == "dream" or bool(block),
         rope_theta=theta, rope_scaling=scaling, norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        max_position=int(raw.get("max_position_embeddings", 4096)), param_dtype=dtype, dtype=dtype,
+        max_position=int(raw.get("max_position_embeddings", 4096)),
         mask_token_id=raw.get("mask_token_id"), eos_token_id=_first_id(raw.get("eos_token_id")),
         pad_token_id=_first_id(raw.get("pad_token_id")), bos_token_id=_first_id(raw.get("bos_token_id")),
         checkpoint_format="hf", model_type=raw.get("model_type", model_type), source_config=raw)
@@ -157,7 +157,6 @@ def _llada2_config(raw: dict, where: str) -> ModelConfig:
                               f"{raw['num_nextn_predict_layers']}) are not supported")
     theta, scaling = _rope(raw)
     heads = raw["num_attention_heads"]
-    dtype = _checkpoint_dtype(raw)
     ids = dict(_LLADA2_IDS) if raw["vocab_size"] == _LLADA2_VOCAB else {}
     for key in ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id"):
         if raw.get(key) is not None:
@@ -180,7 +179,7 @@ def _llada2_config(raw: dict, where: str) -> ModelConfig:
         qkv_bias=bool(raw.get("use_qkv_bias", False)), out_bias=bool(raw.get("use_bias", True)),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), rope_theta=theta, rope_scaling=scaling,
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)), max_position=int(raw.get("max_position_embeddings", 16384)),
-        param_dtype=dtype, dtype=dtype, qk_norm=bool(raw.get("use_qk_norm", True)),
+        qk_norm=bool(raw.get("use_qk_norm", True)),
         rotary_fraction=float(raw.get("partial_rotary_factor", 0.5)), checkpoint_format="llada2",
         model_type="llada2_moe", source_config=raw, **moe, **ids)
 
@@ -238,8 +237,10 @@ def _write_rope(c: ModelConfig, out: dict) -> None:
             out["rope_scaling"] = scaling
 
 
-def config_to_hf(config: ModelConfig) -> dict:
-    """config.json contents for `config`, keeping the keys of its source config."""
+def config_to_hf(config: ModelConfig, dtype: str | None = None) -> dict:
+    """config.json contents for `config`, keeping the keys of its source config; `dtype`: the
+    weights' storage dtype written as `torch_dtype` (or `dtype`, where the source used that key);
+    default: the source's, else float32."""
     c = config
     out = dict(c.source_config or {})
     dtype_key = "dtype" if "dtype" in out else "torch_dtype"
@@ -272,5 +273,5 @@ def config_to_hf(config: ModelConfig) -> dict:
         value = getattr(c, key)
         if value is not None and _first_id(out.get(key)) != value:
             out[key] = value
-    out[dtype_key] = c.param_dtype
+    out[dtype_key] = dtype or checkpoint_dtype(out)
     return out
