@@ -20,6 +20,7 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.decoding.methods import DRAFT_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.run_options import WEIGHT_FORMATS, RunOptions
@@ -205,7 +206,8 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     total = prompt_len + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
-    draft = sampler.policy.method == "draft"  # the draft canvas keeps an exact cache, one verify layout longer
+    # the draft canvas keeps an exact cache, one verify layout longer
+    draft = sampler.policy.method == DRAFT_CANVAS.name
     cached = sampler.cache.keeps_kv or draft
     span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
     slots = total + span if draft else total
@@ -235,8 +237,9 @@ def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(),
     `gradients` and `adam_moments` (float32, of the trainable parameters: all of them, or the
     LoRA adapters); `activations` (what the backward pass keeps per layer of each micro-batch:
     about 6 embed-wide and 3 MLP-wide tensors per token, plus the `[L, L]` scores unless
-    attention is a tiled kernel, halved by each view of certainty forcing); `logits`
-    (float32 logits, probabilities and their gradient over the micro-batch).
+    attention is a tiled kernel), times the copies of the batch the objective stacks in its forward
+    (`Objective.stacked_views`: the two views of certainty forcing); `logits` (float32 logits,
+    probabilities and their gradient over the micro-batch, times the same copies).
     """
     c, o = config, recipe.run_options()
     rows = rows or recipe.data.batch_size
@@ -248,7 +251,7 @@ def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(),
         trainable = _lora_bytes(c, recipe.lora, mesh)
     else:
         trainable = parameter_bytes(c, mesh, dtype="float32", options=o)
-    views = 2 if recipe.objective.kind == "certainty_forcing" else 1
+    views = recipe.objective.build().stacked_views
     heads_local = _local(c.num_heads, mesh.tensor)
     per_layer = micro * seq_len * (10 * c.embed_dim + 5 * _local(c.mlp_dim, mesh.tensor)) * act
     if not _flash(o, platform):  # scores and probabilities
@@ -306,6 +309,27 @@ def runtime_mesh(runtime: Runtime, tensor: int = 1) -> MeshShape:
     if runtime.devices % tensor:
         raise ConfigError(f"{runtime.name} has {runtime.devices} devices, not divisible by tensor={tensor}")
     return MeshShape(data=1, fsdp=runtime.devices // tensor, tensor=tensor)
+
+
+def runtime_plans(config: ModelConfig, sampler: SamplerConfig, names, *, batch: int, prompt_len: int,
+                  dtype: str | None = None) -> dict[str, dict]:
+    """`{runtime name: summary}`: `sampling_plan` on each runtime of `names` (keys of `RUNTIMES`),
+    fsdp over its devices, with at least one row per device. Each summary holds the device's HBM,
+    whether the plan fits, every term and the total in GiB, the batch and the mesh (what
+    `jaxdllm inspect --plan` prints)."""
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown:
+        raise ConfigError(f"unknown runtime(s) {unknown}; known: {list(RUNTIMES)}")
+    out = {}
+    for name in names:
+        runtime = RUNTIMES[name]
+        rows = max(batch, runtime.devices)
+        plan = sampling_plan(config, sampler, batch=rows, prompt_len=prompt_len, mesh=runtime_mesh(runtime),
+                             dtype=dtype)
+        out[name] = {"hbm_gib_per_device": runtime.hbm_gib, "fits": plan.fits(runtime),
+                     **{f"{k}_gib": round(v / GIB, 2) for k, v in plan.terms.items()},
+                     "total_gib": round(plan.total / GIB, 2), "batch": rows, "mesh": plan.mesh}
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,17 @@ def _run(*args):
     return subprocess.run([sys.executable, "-m", "jaxdllm.cli", *args], capture_output=True, text=True, env=env)
 
 
+def test_one_module_per_command_and_help_lists_them():
+    import jaxdllm.cli as cli
+
+    assert list(cli.COMMANDS) == ["generate", "eval", "inspect", "convert", "distill", "train"]
+    assert all(m.__name__ == f"jaxdllm.cli.{name}_command" for name, m in cli.COMMANDS.items())
+    out = _run("--help")
+    assert out.returncode == 0 and "{generate,eval,inspect,convert,distill,train}" in out.stdout
+    out = _run("nope")
+    assert out.returncode == 2 and "invalid choice" in out.stderr and "(see jaxdllm --help)" in out.stderr
+
+
 def test_inspect_and_convert(tmp_path):
     make_hf_model("qwen2", "gqa").save_pretrained(tmp_path / "src")
     out = _run("inspect", str(tmp_path / "src"), "--load")

@@ -17,8 +17,8 @@ from jaxdllm.cli import DEFAULT_MODEL
 from jaxdllm.data import build_char_tokenizer, load_gsm8k
 from jaxdllm.data.gsm8k import SHIPPED_DIR
 from jaxdllm.errors import ConfigError
-from jaxdllm.eval import (Gsm8kEvalTask, SuiteEvalTask, evaluate, resolve_tasks, sampler_settings,
-                          without_timing)
+from jaxdllm.eval import (Gsm8kEvalTask, SuiteEvalTask, checkpoint_samplers, evaluate, resolve_tasks,
+                          sampler_settings, without_timing)
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 
@@ -95,6 +95,21 @@ def test_sweep_is_a_product_of_validated_settings():
     assert settings["fast-dllm-parallel threshold=0.9 temperature=0.0"].threshold == 0.9
     with pytest.raises(ConfigError, match="threshold"):
         sampler_settings("fast-dllm-parallel", {}, {"threshold": [1.5]})
+
+
+def test_a_checkpoint_without_a_preset_gets_its_card_table():
+    """No preset: a diffusion checkpoint is compared at one token per step and with the threshold
+    rule; a causal one (its default decodes the draft canvas) with AR, Jacobi and Jacobi Forcing."""
+    diffusion = checkpoint_samplers(DEFAULT_MODEL)
+    assert list(diffusion) == ["llada", "threshold"]
+    assert all(c.policy.method == "masked_canvas" for c in diffusion.values())
+    causal = checkpoint_samplers(DEFAULT_MODEL.parent / "tasks-qwen2-small", gen_length=8)
+    assert list(causal) == ["ar", "jacobi", "jacobi-mr"]
+    assert [c.block_length for c in causal.values()][0] == 1 and all(c.gen_length == 8 for c in causal.values())
+    with pytest.raises(ConfigError, match="need --preset"):
+        checkpoint_samplers(DEFAULT_MODEL, sweep={"threshold": [0.5]})
+    with pytest.raises(ConfigError, match="disagree"):
+        checkpoint_samplers(DEFAULT_MODEL, "llada", gen_length=8, overrides={"gen_length": 16})
 
 
 def test_sweep_trades_accuracy_for_forwards_on_the_shipped_model(shipped, tmp_path):

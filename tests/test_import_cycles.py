@@ -14,7 +14,7 @@ LAYERS = [["errors", "validation", "shipped", "extras", "output_paths", "interru
            "attention"],
           ["models", "registry"],
           ["checkpoint", "tokenizer", "decoding", "data"],
-          ["pretrained", "memory_plan"],
+          ["pretrained", "memory_plan", "flops"],
           ["train", "eval"],
           ["lowering", "cli"]]
 

@@ -213,6 +213,22 @@ out = "{tmp_path / 'filter'}"
     assert run.returncode == 2 and "record them first with `jaxdllm distill trajectories" in run.stderr
 
 
+def test_learn2pd_refuses_draft_and_verify_trajectories(tmp_path):
+    """The trajectories' policy must decode the masked canvas; the check asks the policy, before
+    any model is loaded."""
+    from jaxdllm.train import TrainConfig
+    from jaxdllm.train.distill.learn2pd import distill_learn2pd
+
+    traj = tmp_path / "traj.jsonl"
+    traj.write_text("")
+    meta = {"sampler": {"policy": {"name": "lookahead"}, "gen_length": 16, "block_length": 4}}
+    (tmp_path / "traj.jsonl.meta.json").write_text(json.dumps(meta))
+    config = TrainConfig.from_dict({"model": {"init_from": str(SHIPPED)}, "distill": {"out": str(traj)}})
+    with pytest.raises(ConfigError, match="draft-and-verify trajectories"):
+        distill_learn2pd(config, "r.toml", tmp_path / "filter")
+    assert not (tmp_path / "filter").exists()
+
+
 def test_trajectory_file_errors_name_the_line(tmp_path):
     from jaxdllm.errors import DataError
     from jaxdllm.train.distill.learn2pd import read_trajectories

@@ -55,6 +55,19 @@ def test_the_plan_is_within_15_percent_of_xla():
     assert abs(plan / got - 1) < 0.15, (plan, got)
 
 
+def test_the_training_plan_asks_the_objective_how_many_views_it_stacks():
+    config = ModelConfig.preset("tiny-llada", **TINY)
+    plans = {}
+    for views in (1, 2):
+        recipe = TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "data": {"batch_size": 8, "seq_len": 128},
+                                        "objective": {"kind": "certainty_forcing", "num_views": views}})
+        assert recipe.objective.build().stacked_views == views
+        plans[views] = training_plan(config, recipe, platform="cpu").terms
+    assert plans[2]["activations"] == 2 * plans[1]["activations"] and plans[2]["logits"] == 2 * plans[1]["logits"]
+    sft = TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "data": {"batch_size": 8, "seq_len": 128}})
+    assert training_plan(config, sft, platform="cpu").terms == plans[1]
+
+
 def test_moe_step_reads_follow_the_experts_a_step_runs():
     """LLaDA2.0-mini: parameters and active parameters from the config alone (16.3B / 1.43B), and the
     weights one forward reads: one token runs 8 of 256 experts per layer, a 32-token block about 163,

@@ -104,13 +104,14 @@ def test_a_checkpoint_without_defaults_gets_a_length_that_fits(tmp_path):
 
 
 def test_eval_settings_rescale_a_new_length_however_it_is_given():
-    from jaxdllm.cli import _eval_samplers, build_parser
+    from jaxdllm.cli import build_parser
+    from jaxdllm.cli.eval_command import samplers
 
     model_dir = jaxdllm.checkpoint_dir("tasks-llada-small")
     shapes = []
     for flags in (["--gen-length", "32"], ["--set", "gen_length=32"], ["--sweep", "gen_length=8,32"]):
         args = build_parser().parse_args(["eval", "--preset", "llada", *flags])
-        shapes.append({k: (c.gen_length, c.block_length, c.steps) for k, c in _eval_samplers(args, model_dir).items()})
+        shapes.append({k: (c.gen_length, c.block_length, c.steps) for k, c in samplers(args, model_dir).items()})
     assert list(shapes[0].values()) == list(shapes[1].values()) == [(32, 32, 32)]  # one block, one token per step
     assert list(shapes[2].values()) == [(8, 8, 8), (32, 32, 32)]
 
@@ -141,7 +142,7 @@ def test_every_preset_rescales_to_a_coherent_config(gen):
     for name, published in SAMPLER_PRESETS.items():
         config = SamplerConfig.preset(name, gen_length=gen)
         assert config.gen_length == gen and config.policy == published.policy and config.cache == published.cache
-        if published.policy.method == "draft":
+        if published.policy.method == "draft_canvas":
             assert config.block_length == min(published.block_length, gen)
             continue
         assert gen % config.block_length == 0 and config.block_length <= max(published.block_length, gen)
@@ -181,7 +182,7 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
     the causal one), decodes the README's single-answer prompts to their right answers (one-answer
     tasks: every sampler of the cards gets them)."""
     for name, published in SAMPLER_PRESETS.items():
-        diffusion = published.policy.method == "diffusion"
+        diffusion = published.policy.method == "masked_canvas"
         model, tok, defaults = llada if diffusion else qwen
         batch = tok(list(PROMPTS.values()))
         config = SamplerConfig.preset(name, gen_length=defaults.gen_length)

@@ -26,11 +26,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
-from jaxdllm.checkpoint.hf_config import checkpoint_dtype, config_from_hf, config_to_hf, read_config_json
-from jaxdllm.checkpoint.hf_names import TensorMapping, is_ignorable, param_location, tensor_table
+from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
+from jaxdllm.checkpoint.hf_names import is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import quantize
 from jaxdllm.models.config import CHECKPOINT_FIELDS, ModelConfig
+from jaxdllm.models.families.config_json import checkpoint_dtype
+from jaxdllm.models.families.tensors import TensorMapping
 from jaxdllm.models.run_options import RunOptions, split_options
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir

@@ -188,11 +188,13 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     gen = overrides.get("gen_length", base.gen_length)
     if gen == base.gen_length or not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
         return overrides  # nothing to rescale (a bad value is reported by the constructor)
+    from jaxdllm.decoding.methods import DRAFT_CANVAS
+
     out = dict(overrides)
     policy = out.get("policy", base.policy)
     method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
     if "block_length" not in out:
-        if method == "draft":  # the draft window, not a block of the canvas
+        if method == DRAFT_CANVAS.name:  # the draft window, not a block of the canvas
             out["block_length"] = min(base.block_length, gen)
         elif base.block_length >= base.gen_length:
             out["block_length"] = gen
@@ -247,7 +249,7 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # token per step plus every masked position whose top-1 probability clears 0.95; greedy; a row
     # stops at its EOS. (The published loop finishes the EOS's block before stopping and starts
     # decoding in the block holding the prompt's end; here generation starts on a block boundary.
-    # jaxdllm/models/llada2.py lists the differences.)
+    # jaxdllm/models/families/llada2.py lists the differences.)
     "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95, stop_at_eos=True),
     # LLaDA2.1: the same mask commits plus token editing (committed tokens re-decided above 0.9, a
     # block held open for up to 16 mask-free steps while edits continue).

@@ -26,10 +26,10 @@ from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 
 
-class DraftDecoding:
+class DraftCanvas:
     """The draft canvas (causal models)."""
 
-    name = "draft"
+    name = "draft_canvas"
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
@@ -119,4 +119,4 @@ def _with_batch(cache: KVCache, fn) -> KVCache:
     return jax.tree.map(fn, cache, axes)
 
 
-DRAFT = DraftDecoding()
+DRAFT_CANVAS = DraftCanvas()

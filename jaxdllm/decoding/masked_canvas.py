@@ -1,4 +1,4 @@
-"""Diffusion decoding: the answer starts as MASK and is decided block by block.
+"""The masked canvas (diffusion decoding): the answer starts as MASK and is decided block by block.
 
 Every row decodes the same block at a time (blocks advance once no row has an undecided position
 left in the current one), but rows commit, count forwards (NFE) and stop independently, so each
@@ -24,10 +24,10 @@ from jaxdllm.decoding.state import DecodeState, commit_window, fill_answer, reco
 from jaxdllm.errors import ConfigError
 
 
-class Diffusion:
+class MaskedCanvas:
     """The MASK canvas (LLaDA, Dream, block diffusion)."""
 
-    name = "diffusion"
+    name = "masked_canvas"
 
     def check_config(self, config) -> None:
         if config.gen_length % config.block_length:
@@ -113,4 +113,4 @@ class Diffusion:
         return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
 
 
-DIFFUSION = Diffusion()
+MASKED_CANVAS = MaskedCanvas()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from jaxdllm.decoding.masked_canvas import DIFFUSION
-from jaxdllm.decoding.draft_canvas import DRAFT
+from jaxdllm.decoding.masked_canvas import MASKED_CANVAS
+from jaxdllm.decoding.draft_canvas import DRAFT_CANVAS
 
-METHODS = {DIFFUSION.name: DIFFUSION, DRAFT.name: DRAFT}
+# Each method has one name: its module, its class (in CamelCase) and this key.
+METHODS = {MASKED_CANVAS.name: MASKED_CANVAS, DRAFT_CANVAS.name: DRAFT_CANVAS}
 
 
 def method_of(config):

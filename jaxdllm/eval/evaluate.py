@@ -1,7 +1,8 @@
 """`jaxdllm eval`: every sampler setting on every task, to JSON and a Pareto plot, resumably.
 
 `sampler_settings(preset, overrides, sweep)` builds the labelled `SamplerConfig`s of a run (a
-sweep is the product of its value lists); `evaluate(...)` decodes every (setting, task) pair
+sweep is the product of its value lists), `checkpoint_samplers` those of a checkpoint (the model
+card's table when no preset is named); `evaluate(...)` decodes every (setting, task) pair
 through `runner.run_task`, writes `<out>/items.jsonl` as it goes (a rerun with the same `--out`
 resumes) and `<out>/eval.json` plus `<out>/pareto.png` (accuracy against answer tokens per
 forward, one panel per task) at the end.
@@ -57,6 +58,51 @@ def sampler_settings(preset: str, overrides: dict | None = None, sweep: dict | N
         changes = {**overrides, **chosen}
         out[label] = start.resized(**changes) if "gen_length" in changes else start.replace(**changes)
     return out
+
+
+def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen_length: int | None = None,
+                        overrides: dict | None = None, sweep: dict | None = None) -> dict[str, SamplerConfig]:
+    """The labelled samplers `jaxdllm eval` compares on the checkpoint `model_dir`, each built (and
+    so checked) before any model is loaded.
+
+    Without `preset`, the model card's table at the checkpoint's `gen_length` (or `gen_length`):
+    for a causal model (its default preset decodes the draft canvas) autoregressive decoding
+    (`ar`), Jacobi decoding (`jacobi`) and Jacobi Forcing's rule (`jacobi-mr`); for a diffusion
+    model one token per step (`llada`) and Fast-dLLM's threshold rule (`threshold`). `overrides`
+    and `sweep` then raise `ConfigError`: they change a named preset.
+
+    With `preset`: `sampler_settings` of it over the checkpoint's own settings, `gen_length` and
+    `overrides` (`{name: value}`, the `--set` values) applied to every point of `sweep`
+    (`{name: [values]}`; a single value counts as a list of one). A new length rescales the block
+    length and steps.
+    """
+    from jaxdllm.decoding.methods import DRAFT_CANVAS
+    from jaxdllm.pretrained import checkpoint_settings
+
+    sets = dict(overrides or {})
+    sweep = {k: v if isinstance(v, list) else [v] for k, v in (sweep or {}).items()}
+    name, defaults = checkpoint_settings(model_dir, preset)
+    if preset is None:
+        if sets or sweep:
+            raise ConfigError("--set and --sweep need --preset (the sampler they change)")
+        g = gen_length or defaults.get("gen_length", 16)
+        if SamplerConfig.preset(name).policy.method == DRAFT_CANVAS.name:  # a causal model
+            n = min(defaults.get("block_length", 16), g)
+            return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
+                    "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=n),
+                    "jacobi-mr": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=n)}
+        return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
+                "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+    if gen_length is not None:
+        if "gen_length" in sets and sets["gen_length"] != gen_length:
+            raise ConfigError("--gen-length and --set gen_length disagree: keep one")
+        sets["gen_length"] = gen_length
+    clash = sorted(set(sets) & set(sweep))
+    if clash:
+        flag = "--gen-length" if clash[0] == "gen_length" and gen_length is not None else "--set"
+        raise ConfigError(f"{clash[0]} is both set ({flag}) and swept (--sweep): keep one")
+    # the checkpoint's settings come first; a new gen_length rescales its block length and steps
+    return sampler_settings(preset, sets, sweep, base=defaults)
 
 
 def _mean_row(rows: dict[str, dict]) -> dict:

@@ -1,20 +1,23 @@
-"""`ModelConfig`: one validated dataclass for LLaDA, Dream, Qwen2, Llama and block-diffusion models.
+"""`ModelConfig`: one validated dataclass for LLaDA, Dream, Qwen2, Llama, block-diffusion and LLaDA2
+models.
 
-Presets carry the published sizes (LLaDA-8B, Dream-v0-7B, Qwen2.5-7B, Llama-3-8B, Fast-dLLM v2 7B;
-each preset's comment names its checkpoint); tiny presets exist for tests. A config is immutable and hashable, so it can be a static jit argument.
+Presets carry the published sizes; each model family keeps its own (`jaxdllm.models.families`) and
+registers them here for `ModelConfig.preset`. A config is immutable and hashable, so it can be a
+static jit argument.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from jaxdllm.errors import ConfigError
 from jaxdllm.validation import check_fields, require_positive_int
 
 AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
-# Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names.
+# Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names
+# (each family's `tensor_table` in jaxdllm.models.families).
 CHECKPOINT_FORMATS = ("llada", "hf", "llada2")  # llada2: LLaDA2's fused qkv and per-expert names
 ROPE_SCALING_TYPES = ("llama3", "linear")
 
@@ -70,7 +73,7 @@ class ModelConfig:
       norm_eps: RMSNorm epsilon.
       max_position: longest sequence (prompt + generation) the model supports.
       mask_token_id, eos_token_id, eot_token_id, pad_token_id, bos_token_id: special ids.
-      checkpoint_format: `llada` or `hf` (Qwen2/Llama tensor names).
+      checkpoint_format: `llada`, `hf` (Qwen2/Llama tensor names) or `llada2`.
       model_type: the `model_type` written to config.json on export.
       qk_norm: RMSNorm over head_dim on q and k before RoPE (LLaDA2's `query_layernorm` /
         `key_layernorm`).
@@ -231,7 +234,7 @@ class ModelConfig:
         """A copy with `changes` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
-    # -- serialisation (jaxdllm's own format; HF config.json lives in checkpoint/hf_config.py) ---
+    # -- serialisation (jaxdllm's own format; HF config.json: jaxdllm.models.families) ---------
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source_config"}
         if self.rope_scaling is not None:
@@ -251,7 +254,9 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
-        """A published (or tiny test) configuration by name, with field overrides."""
+        """A published (or tiny test) configuration by preset name, or by the name of a published
+        checkpoint of that shape (e.g. `inclusionAI/LLaDA2.0-mini`), with field overrides."""
+        name = CHECKPOINT_PRESETS.get(name, name)
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
@@ -264,91 +269,20 @@ CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_
                       "num_experts", "experts_per_token", "expert_dim", "num_shared_experts", "expert_groups",
                       "top_groups", "first_dense_layers", "routed_scaling"}
 
-# LLaDA-8B's tokenizer: its config.json omits these, so checkpoint import reads them from here.
-LLADA_VOCAB_SIZE = 126464
-LLADA_SPECIAL_IDS = dict(mask_token_id=126336, eos_token_id=126081, eot_token_id=126348,
-                         pad_token_id=126081, bos_token_id=126080)
-_QWEN_IDS = dict(eos_token_id=151643, pad_token_id=151643, bos_token_id=151643)
+# Presets by name, and published checkpoint names -> the preset of their shape. Each model family
+# (`jaxdllm.models.families`, imported by `jaxdllm.models`) holds its own and registers them here.
+PRESETS: dict[str, ModelConfig] = {}
+CHECKPOINT_PRESETS: dict[str, str] = {}
 
-# What the LLaDA2 sizes share (jaxdllm/models/llada2.py).
-_LLADA2 = dict(vocab_size=157184, num_kv_heads=4, head_dim=128, attention="block_causal", block_size=32,
-               rope_theta=600000.0, norm_eps=1e-6, max_position=32768,
-               checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
-               num_experts=256, experts_per_token=8, num_shared_experts=1, expert_groups=8, top_groups=4,
-               first_dense_layers=1, routed_scaling=2.5, mask_token_id=156895, eos_token_id=156892,
-               pad_token_id=156892)
 
-PRESETS: dict[str, ModelConfig] = {
-    # LLaDA-8B-Base / -Instruct (GSAI-ML/LLaDA-8B-*).
-    "llada-8b": ModelConfig(
-        vocab_size=LLADA_VOCAB_SIZE, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=32,
-        head_dim=128, mlp_dim=12288, attention="bidirectional", rope_theta=500000.0,
-        norm_eps=1e-5, max_position=4096,
-        checkpoint_format="llada", model_type="llada", **LLADA_SPECIAL_IDS),
-    # Dream-v0-Base/Instruct-7B: bidirectional Qwen2 with token-shifted logits.
-    "dream-7b": ModelConfig(
-        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
-        head_dim=128, mlp_dim=18944, attention="bidirectional", qkv_bias=True,
-        shift_logits=True, rope_theta=1e6, norm_eps=1e-6, max_position=131072,
-        model_type="Dream",
-        mask_token_id=151666, **_QWEN_IDS),
-    # Qwen2.5-7B(-Instruct); the Instruct model stops at <|im_end|> (151645).
-    "qwen2.5-7b": ModelConfig(
-        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
-        head_dim=128, mlp_dim=18944, attention="causal", qkv_bias=True, rope_theta=1e6,
-        norm_eps=1e-6, max_position=32768,
-        model_type="qwen2", eot_token_id=151645, **_QWEN_IDS),
-    # Meta-Llama-3-8B shape.
-    "llama-3-8b": ModelConfig(
-        vocab_size=128256, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=8,
-        head_dim=128, mlp_dim=14336, attention="causal", rope_theta=500000.0, norm_eps=1e-5,
-        max_position=8192, model_type="llama",
-        bos_token_id=128000, eos_token_id=128001, eot_token_id=128009),
-    # Fast-dLLM v2: block diffusion retrofitted on Qwen2.5-7B-Instruct.
-    "fast-dllm-v2-7b": ModelConfig(
-        vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4,
-        head_dim=128, mlp_dim=18944, attention="block_causal", block_size=32, qkv_bias=True,
-        shift_logits=True, rope_theta=1e6, norm_eps=1e-6, max_position=32768,
-        model_type="qwen2",
-        mask_token_id=151665, eos_token_id=151645, eot_token_id=151645,
-        pad_token_id=151643, bos_token_id=151643),
-    # Tiny sizes for tests (random weights, fp32).
-    "tiny-llada": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=16,
-        mlp_dim=128, attention="bidirectional", rope_theta=500000.0, norm_eps=1e-5,
-        max_position=512, checkpoint_format="llada", model_type="llada",
-        mask_token_id=255, eos_token_id=254, eot_token_id=253, pad_token_id=254, bos_token_id=252),
-    "tiny-dream": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-        mlp_dim=128, attention="bidirectional", qkv_bias=True, shift_logits=True,
-        rope_theta=1e6, max_position=512, model_type="Dream",
-        mask_token_id=255, eos_token_id=254, pad_token_id=254, bos_token_id=254),
-    "tiny-qwen2": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-        mlp_dim=128, attention="causal", qkv_bias=True, rope_theta=1e6, max_position=512,
-        model_type="qwen2", eos_token_id=254, pad_token_id=254, bos_token_id=254),
-    "tiny-llama": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-        mlp_dim=128, attention="causal", rope_theta=500000.0, norm_eps=1e-5, max_position=512,
-        model_type="llama", bos_token_id=253, eos_token_id=254),
-    # LLaDA2.0-mini / LLaDA2.1-mini (inclusionAI; the Ling-mini-2.0 shape): 16B parameters, ~1.4B
-    # active per token. Block diffusion, blocks of 32; logits not shifted.
-    "llada2-mini": ModelConfig(embed_dim=2048, num_layers=20, num_heads=16, mlp_dim=5120, expert_dim=512,
-                               **_LLADA2),
-    # LLaDA2.0-flash / LLaDA2.1-flash (the Ling-flash-2.0 shape): 100B parameters, ~6.1B active. For
-    # planning: importing a checkpoint reads the shape from its config.json.
-    "llada2-flash": ModelConfig(embed_dim=4096, num_layers=32, num_heads=32, mlp_dim=9216, expert_dim=1024,
-                                **_LLADA2),
-    "tiny-llada2": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
-        mlp_dim=128, attention="block_causal", block_size=8, rope_theta=600000.0, max_position=512,
-        checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
-        num_experts=16, experts_per_token=4, expert_dim=32, num_shared_experts=1, expert_groups=4,
-        top_groups=2, first_dense_layers=1, routed_scaling=2.5,
-        mask_token_id=255, eos_token_id=254, pad_token_id=254),
-    "tiny-block-diffusion": ModelConfig(
-        vocab_size=256, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-        mlp_dim=128, attention="block_causal", block_size=8, qkv_bias=True, shift_logits=True,
-        rope_theta=1e6, max_position=512, model_type="qwen2",
-        mask_token_id=255, eos_token_id=254, pad_token_id=254, bos_token_id=254),
-}
+def register_presets(presets: Mapping[str, ModelConfig], checkpoints: Mapping[str, str] | None = None) -> None:
+    """Make `presets` (name -> config) and `checkpoints` (published checkpoint name -> preset name)
+    known to `ModelConfig.preset`; a name registered twice is an error."""
+    for name, config in presets.items():
+        if name in PRESETS:
+            raise ConfigError(f"model preset {name!r} is registered twice")
+        PRESETS[name] = config
+    for name, preset in (checkpoints or {}).items():
+        if name in CHECKPOINT_PRESETS or preset not in PRESETS:
+            raise ConfigError(f"checkpoint {name!r}: registered twice, or its preset {preset!r} is unknown")
+        CHECKPOINT_PRESETS[name] = preset

@@ -215,6 +215,10 @@ class ObjectiveSection:
     def __hash__(self):
         return hash((self.kind, tuple(sorted(self.settings.items()))))
 
+    def build(self):
+        """The configured `Objective` (not checked against a model)."""
+        return make_objective(self.kind, self.settings)
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimSection:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -35,6 +33,8 @@ from jaxdllm.attention import MaskSpec, tiles
 from jaxdllm.attention.tpu_splash import splash_attention
 from jaxdllm.attention.triton_flash import BlockSizes, flash_attention
 from jaxdllm.attention.reference import reference_attention
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 
 def make_mask(name: str, length: int, block: int) -> MaskSpec:
@@ -67,21 +67,6 @@ def attention_fn(impl: str, mask_name: str, mask: MaskSpec, blocks: BlockSizes, 
         dense = mask.dense(q.shape[1], k.shape[1])[:, None]
         return jax.nn.dot_product_attention(q, k, v, mask=dense, implementation=impl)
     return masked
-
-
-def timed(fn, args, iters: int, reps: int) -> tuple[float, float]:
-    """(compile + first run seconds, median seconds per call) with async dispatch pipelined."""
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    first = time.perf_counter() - t0
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t0) / iters)
-    return first, statistics.median(samples)
 
 
 def inputs(key, b, length, h, d, dtype):
@@ -150,7 +135,8 @@ def run_row(args, impl, mask_name, length, mode, blocks, interpret, dtype):
         call = jax.jit(lambda q, k, v, do: jax.vjp(fn, q, k, v)[1](do))
         call_args = (q, k, v, do)
     iters = max(2, args.iters * 2048 // length)
-    first, sec = timed(call, call_args, iters, args.reps)
+    t = timed(lambda: call(*call_args), repeats=args.reps, iters=iters)  # dispatch pipelined over iters
+    first, sec = t.first_s, t.median_s
     flops, visible = useful_flops(mask, length, b, h, d)
     if mode == "fwd+bwd":
         flops *= 3.5
@@ -164,8 +150,6 @@ def run_row(args, impl, mask_name, length, mode, blocks, interpret, dtype):
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     masks = sorted({r["mask"] for r in rows if "ms" in r})
     modes = ["fwd", "fwd+bwd"]
@@ -223,18 +207,16 @@ def main(argv=None) -> int:
                             num_stages=args.num_stages)
     dtype = jnp.float32 if interpret else jnp.bfloat16
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
-              "jax": jax.__version__, "dtype": jnp.dtype(dtype).name, "batch": args.batch,
+    result = {"backend": jax.default_backend(), "dtype": jnp.dtype(dtype).name, "batch": args.batch,
               "heads": args.heads, "head_dim": args.head_dim, "mask_block": args.block,
               "tiles": "BlockSizes.for_mask" if blocks is None else dataclasses.asdict(blocks),
               "num_warps": args.num_warps, "num_stages": args.num_stages,
               "checks": [], "rows": []}
 
-    def save():
-        out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    def save(with_plot: bool = False):  # after every row; the PNG at the end
+        write_report(out, result, (lambda r, path: plot(r["rows"], path)) if with_plot else None, quiet=True)
 
-    print(f"device {result['device']} ({result['backend']}), jax {jax.__version__}", flush=True)
+    print(f"device {jax.devices()[0].device_kind} ({result['backend']}), jax {jax.__version__}", flush=True)
     if args.check:
         result["checks"] = check(args, blocks, interpret)
         save()
@@ -251,7 +233,7 @@ def main(argv=None) -> int:
                     result["rows"].append(row)
                     print("row", json.dumps(row), flush=True)
                     save()
-    plot(result["rows"], out.with_suffix(".png"))
+    save(with_plot=True)
     print_table(result["rows"])
     return 0
 

@@ -30,6 +30,8 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.tokenizer import Tokenizer, answer_length
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 GROUPS = {"suite": SUITE, "long": LONG}
 GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
@@ -49,12 +51,6 @@ def answers(tokens: np.ndarray, width: int, eos: int) -> list[list[int]]:
     return [list(row[width:width + answer_length(row[width:], eos)]) for row in tokens]
 
 
-def seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
     model = jaxdllm.from_pretrained(model_dir)
     tokenizer = Tokenizer.from_pretrained(model_dir)
@@ -67,15 +63,14 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
         singles = [next(i for i, e in enumerate(examples) if e.task == t) for t in tasks]
         reference = None
         for name, config in samplers().items():
-            run = lambda: jaxdllm.generate(model, ids, config, attention_mask=mask)
-            res = run()  # compiles
-            batch_s = min(seconds(run) for _ in range(repeats))
+            batch = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats=repeats)
+            batch_s, res = batch.min_s, batch.out  # the warm-up call compiles
             got = answers(np.asarray(res.tokens), width, eos)
             reference = got if name == "ar" else reference
             one = [lambda i=i: jaxdllm.generate(model, ids[i:i + 1], config, attention_mask=mask[i:i + 1])
                    for i in singles]
-            one[0]()  # compiles the batch-1 program
-            single_s = min(sum(seconds(f) for f in one) for _ in range(repeats))
+            # one call per prompt, all prompts per sample (the warm-up compiles the batch-1 program)
+            single_s = timed(lambda: [f() for f in one], repeats=repeats).min_s
             single_tokens = sum(len(got[i]) for i in singles)
             nfe = np.asarray(res.nfe)
             per_task = {}
@@ -100,8 +95,6 @@ def _fed(config: SamplerConfig) -> int:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
@@ -136,20 +129,14 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default="sampling/results/draft_verify_cpu")
     args = p.parse_args(argv)
-    import jax
-
     t0 = time.perf_counter()
     rows = []
     for model in args.models.split(","):
         rows += measure(Path(model), args.n_prompts, args.repeats)
-    result = {"device": jax.devices()[0].device_kind, "gen_length": GEN_LENGTH, "n_prompts_per_task": args.n_prompts,
+    result = {"gen_length": GEN_LENGTH, "n_prompts_per_task": args.n_prompts,
               "samplers": {k: repr(v.policy) for k, v in samplers().items()}, "rows": rows,
               "wall_s": time.perf_counter() - t0}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    plot(result, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    write_report(args.out, result, plot)
     return 0
 
 

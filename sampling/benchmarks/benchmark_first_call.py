@@ -33,7 +33,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 MODES = ("off", "cold", "warm")
@@ -52,6 +51,8 @@ def child(size: str, preset: str, batch: int) -> dict:
     import jaxdllm
     from jaxdllm.decoding import SamplerConfig
     from sampling.benchmarks.profile_sampler import build_model
+    from sampling.benchmarks.report import device_facts
+    from sampling.benchmarks.timing import timed
 
     folder = jaxdllm.enable_compilation_cache()
     lp, gen = (64, 256) if size == "8b" else (16, 64)
@@ -59,16 +60,13 @@ def child(size: str, preset: str, batch: int) -> dict:
     cfg = SamplerConfig.preset(preset, gen_length=gen, steps=gen, prompt_bucket=lp)
     ids = np.random.default_rng(0).integers(0, model.config.mask_token_id - 4, (batch, lp)).astype(np.int32)
     sampler = jaxdllm.Sampler(model)
-    t = time.perf_counter()
-    sampler(ids, cfg)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    sampler(ids, cfg)
-    second = time.perf_counter() - t
+    t = timed(lambda: sampler(ids, cfg), repeats=1)  # the first call, then the second
+    first, second = t.first_s, t.min_s
     return dict(first_call_s=first, second_call_s=second, first_minus_second_s=first - second,
                 cache_hits=events["/jax/compilation_cache/cache_hits"],
                 cache_misses=events["/jax/compilation_cache/cache_misses"],
-                cache_folder=None if folder is None else str(folder), device=jax.devices()[0].device_kind)
+                cache_folder=None if folder is None else str(folder), device=jax.devices()[0].device_kind,
+                facts=device_facts())
 
 
 def run_mode(mode: str, folder: Path, args, preset: str) -> dict:
@@ -98,36 +96,33 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per process")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    from sampling.benchmarks.profile_sampler import kind_slug
+    from sampling.benchmarks.report import kind_slug, write_report
 
     if args.child:
         print(json.dumps(child(args.size, args.presets[0], args.batch)), flush=True)
         return 0
 
     rows = []
-    out = None
+    out, facts = None, {}
     for preset in args.presets:
         with tempfile.TemporaryDirectory() as tmp:
             row = dict(preset=preset, batch=args.batch, size=args.size)
             for mode in MODES:
                 row[mode] = run_mode(mode, Path(tmp) / "xla", args, preset)
+                facts = row[mode].pop("facts", None) or facts
                 print(f"{preset} {mode}: {json.dumps(row[mode])}", flush=True)
         rows.append(row)
         # the device as the children saw it: this process never starts a backend (on a GPU it would
         # hold memory the children need)
         kind = next((row[m]["device"] for m in MODES if "device" in row[m]), "unknown")
-        out = Path(args.out or f"sampling/results/first_call_{kind_slug(kind)}").with_suffix(".json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(size=args.size, batch=args.batch, modes=MODES, rows=rows), indent=2))
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+        out = Path(args.out or f"sampling/results/first_call_{kind_slug(kind)}")
+        result = dict(size=args.size, batch=args.batch, modes=MODES, rows=rows)
+        write_report(out, result, facts=facts)
+    write_report(out, result, lambda r, path: plot(r["rows"], path), facts=facts)
     return 0
 
 
 def plot(rows: list, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 

@@ -14,11 +14,9 @@ Writes JSON after every row and a PNG at the end.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import itertools
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -28,8 +26,11 @@ from flax import nnx
 
 from jaxdllm.extras import exit_if_missing
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.decoding import SamplerConfig, generate
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 ROWS = {  # name -> (sampler preset, overrides, batch)
     "llada-b1": ("llada", {}, 1),
@@ -39,9 +40,9 @@ ROWS = {  # name -> (sampler preset, overrides, batch)
 }
 
 
-def random_model(config: ModelConfig) -> Transformer:
+def random_model(config: ModelConfig, options: RunOptions) -> Transformer:
     """Random weights created on the device (no host copy of the 16 GB)."""
-    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     leaves, treedef = jax.tree.flatten(state)
 
@@ -56,16 +57,11 @@ def random_model(config: ModelConfig) -> Transformer:
 
 
 def measured_bandwidth(gib: float) -> float:
-    """Bytes/s of a device copy `y = x + 1` (bytes read + written)."""
+    """Bytes/s of a device copy `y = x + 1` of `gib` GiB of bf16 (bytes read + written), the
+    median of 10 calls."""
     x = jnp.ones((int(gib * 2**30) // 2,), jnp.bfloat16)
     f = jax.jit(lambda x: x + 1)
-    jax.block_until_ready(f(x))
-    times = []
-    for _ in range(10):
-        t = time.perf_counter()
-        jax.block_until_ready(f(x))
-        times.append(time.perf_counter() - t)
-    return 2 * x.nbytes / statistics.median(times)
+    return 2 * x.nbytes / timed(lambda: f(x), repeats=10).median_s
 
 
 def main(argv=None) -> int:
@@ -82,21 +78,19 @@ def main(argv=None) -> int:
 
     tiny = args.size == "tiny"
     config = ModelConfig.preset("tiny-llada" if tiny else "llada-8b")
-    config = dataclasses.replace(config, param_dtype="bfloat16", dtype="bfloat16",
-                                 **({"attention_impl": args.attention_impl} if args.attention_impl else {}))
+    options = RunOptions("bfloat16", "bfloat16", **({"attention_impl": args.attention_impl} if args.attention_impl else {}))
     if tiny:
         args.gen_length, args.prompt_len = min(args.gen_length, 64), min(args.prompt_len, 16)
-    model = random_model(config)
+    model = random_model(config, options)
     weight_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
     bandwidth = measured_bandwidth(0.25 if tiny else 4.0)
     floor_ms = weight_bytes / bandwidth * 1e3
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"device": jax.devices()[0].device_kind, "jax": jax.__version__, "model": "tiny-llada" if tiny else "llada-8b",
+    result = {"model": "tiny-llada" if tiny else "llada-8b",
               "params": config.num_params, "weight_bytes": weight_bytes, "bandwidth_GBps": bandwidth / 1e9,
               "floor_ms_per_step": floor_ms, "prompt_len": args.prompt_len, "gen_length": args.gen_length,
-              "attention_impl": config.attention_impl, "rows": []}
-    print(f"{result['device']}: {config.num_params / 1e9:.2f}B params, {weight_bytes / 1e9:.1f} GB, "
+              "attention_impl": options.attention_impl, "rows": []}
+    print(f"{jax.devices()[0].device_kind}: {config.num_params / 1e9:.2f}B params, {weight_bytes / 1e9:.1f} GB, "
           f"bandwidth {bandwidth / 1e9:.0f} GB/s, floor {floor_ms:.2f} ms/step", flush=True)
     rng = np.random.default_rng(0)
     for name in args.rows:
@@ -104,24 +98,23 @@ def main(argv=None) -> int:
         one_per_step = {"steps": args.gen_length} if SamplerConfig.preset(preset).steps else {}
         cfg = SamplerConfig.preset(preset, gen_length=args.gen_length, **one_per_step, **overrides)
         ids = rng.integers(0, min(config.mask_token_id, config.vocab_size) - 4, (batch, args.prompt_len)).astype(np.int32)
-        row = {"row": name, "preset": preset, "batch": batch, "attention_impl": config.attention_impl}
+        row = {"row": name, "preset": preset, "batch": batch, "attention_impl": options.attention_impl}
         try:
-            t = time.perf_counter()
+            # the warm-up call compiles (no key: the default); the timed ones use keys 0, 1, ...
+            keys = itertools.chain([None], map(jax.random.key, itertools.count()))
+
+            def run():
+                return generate(model, ids, cfg, key=next(keys))
+
             try:
-                res = generate(model, ids, cfg)
+                t = timed(run, repeats=args.reps)
             except Exception as e:  # keep measuring the sampler if the attention kernel fails here
                 row["attention_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 row["attention_impl"] = "xla"
-                model.set_attributes(attention_impl="xla")
-                t = time.perf_counter()
-                res = generate(model, ids, cfg)
-            row["compile_s"] = time.perf_counter() - t
-            walls = []
-            for rep in range(args.reps):
-                t = time.perf_counter()
-                res = generate(model, ids, cfg, key=jax.random.key(rep))
-                walls.append(time.perf_counter() - t)
-            wall = statistics.median(walls)
+                model = model.with_options(attention_impl="xla")
+                keys = itertools.chain([None], map(jax.random.key, itertools.count()))
+                t = timed(run, repeats=args.reps)
+            row["compile_s"], wall, res = t.first_s, t.median_s, t.out
             row.update(wall_s=wall, steps=int(res.steps), nfe=float(np.mean(res.nfe)),
                        tokens_per_s=batch * args.gen_length / wall, ms_per_step=wall / res.steps * 1e3)
             row["ms_per_step_over_floor"] = row["ms_per_step"] / floor_ms
@@ -129,8 +122,8 @@ def main(argv=None) -> int:
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    _plot(result, out.with_suffix(".png"))
+        result = write_report(out, result)
+    result = write_report(out, result, _plot)
     print("\n| row | batch | compile s | tokens/s | ms/step | floor ms | x floor | NFE |\n|---|---|---|---|---|---|---|---|")
     for r in result["rows"]:
         if "error" in r:
@@ -142,8 +135,6 @@ def main(argv=None) -> int:
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = [r for r in result["rows"] if "ms_per_step" in r]
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -29,7 +29,8 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.tokenizer import Tokenizer, answer_length
-from sampling.benchmarks.benchmark_sampler import timed
+from sampling.benchmarks.report import write_report
+from sampling.benchmarks.timing import timed
 
 GROUPS = {"suite": SUITE, "long": LONG}
 GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
@@ -38,12 +39,6 @@ GEN_LENGTH = 32  # the longest answer (16 digits + EOS) fits
 def prompts(tokenizer: Tokenizer, n: int, tasks=SUITE + LONG, seed: int = 1234) -> list[list[int]]:
     """`n` held-out prompts per task, tokenised."""
     return [tokenizer.encode(e.prompt) for e in make_mixture(tasks, n, seed, split="test")]
-
-
-def warm_timed(fn, repeats: int):
-    """`timed` after one call that compiles and warms up."""
-    fn()
-    return timed(fn, repeats)
 
 
 def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
@@ -61,8 +56,11 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
                           ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
                                                                             block_length=n))):
-        t_loop, res = warm_timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats)
-        t_step, res_b = warm_timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats)
+        # each: the best of `repeats` after a call that compiles and warms up
+        loop = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats=repeats)
+        stepwise = timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats=repeats)
+        t_loop, res = loop.min_s, loop.out
+        t_step, res_b = stepwise.min_s, stepwise.out
 
         def hf_generate():
             with torch.no_grad():
@@ -70,7 +68,8 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
                                    attention_mask=torch.as_tensor(mask), max_new_tokens=g, do_sample=False,
                                    eos_token_id=eos, pad_token_id=eos).numpy()[:, ids.shape[1]:]
 
-        t_hf, greedy = warm_timed(hf_generate, repeats)
+        hf_timing = timed(hf_generate, repeats=repeats)
+        t_hf, greedy = hf_timing.min_s, hf_timing.out
         tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
         same = all(np.array_equal(res.tokens[i, ids.shape[1]:ids.shape[1] + answer_length(greedy[i], eos)],
                                   greedy[i, :answer_length(greedy[i], eos)]) for i in range(len(rows)))
@@ -104,8 +103,6 @@ def by_n(model_dirs: list[Path], ns: list[int], n_prompts: int) -> list[dict]:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     titles = {"suite": "six card tasks (answers of 4-9 tokens with EOS)", "long": "long-answer tasks (11-17 tokens with EOS)"}
@@ -138,18 +135,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="sampling/results/jacobi_cpu")
     args = p.parse_args(argv)
-    import jax
-
     models = [Path(m) for m in args.models.split(",")]
     ns = [int(n) for n in args.ns.split(",")]
-    result = {"device": jax.devices()[0].device_kind, "speed": [], "by_n": by_n(models, ns, args.n_prompts)}
+    result = {"speed": [], "by_n": by_n(models, ns, args.n_prompts)}
     for batch in (1, 8):
         result["speed"] += speed(models[-1], batch, args.repeats, 16)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    plot(result, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    write_report(args.out, result, plot)
     return 0
 
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -32,6 +31,9 @@ from flax import nnx
 from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm import ModelConfig, SamplerConfig, Transformer
+from jaxdllm.flops import forward_flops
+from sampling.benchmarks.report import torch_facts, write_report
+from sampling.benchmarks.timing import timed
 
 _LLADA = dict(attention="bidirectional", checkpoint_format="llada", model_type="llada", max_position=1024,
               num_layers=4, bos_token_id=None, eot_token_id=None)
@@ -55,33 +57,11 @@ def build_checkpoint(path: Path, size: str) -> Path:
 
 
 def matmul_peak_flops(n: int = 1024, repeats: int = 20) -> float:
-    """Measured fp32 matmul FLOP/s of this machine through XLA."""
+    """Measured fp32 matmul FLOP/s of this machine through XLA (`[n, n] @ [n, n]`, `repeats`
+    calls dispatched back to back)."""
     a = jnp.ones((n, n), jnp.float32)
     f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = f(a)
-    out.block_until_ready()
-    return 2 * n ** 3 * repeats / (time.perf_counter() - t0)
-
-
-def forward_flops(config: ModelConfig, tokens: int, logits_positions: int) -> float:
-    """Matmul FLOPs of one forward over `tokens` positions (LM head on `logits_positions`)."""
-    c = config
-    per_token = 2 * (c.embed_dim * c.head_dim * (c.num_heads + 2 * c.num_kv_heads)
-                     + c.num_heads * c.head_dim * c.embed_dim + 3 * c.embed_dim * c.mlp_dim) * c.num_layers
-    attention = 4 * c.num_layers * tokens * tokens * c.num_heads * c.head_dim
-    return per_token * tokens + attention + 2 * c.embed_dim * c.vocab_size * logits_positions
-
-
-def timed(fn, repeats: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+    return 2 * n ** 3 / timed(lambda: f(a), repeats=1, iters=repeats).min_s
 
 
 def torch_run(torch_model, prompts: np.ndarray, config: SamplerConfig, mask_id: int):
@@ -108,19 +88,20 @@ def run_size(size, model, torch_model, args, rows: list, on_row=lambda: None) ->
                                    prompt_bucket=PROMPT_LEN)
             for batch in ([1] if args.quick else args.batches):
                 prompts = np.random.RandomState(0).randint(0, mc.vocab_size - 2, (batch, PROMPT_LEN)).astype(np.int32)
-                t0 = time.perf_counter()
-                jaxdllm.generate(model, prompts, config)
-                compile_a = time.perf_counter() - t0
-                t_a, out_a = timed(lambda: jaxdllm.generate(model, prompts, config), args.repeats)
-                jaxdllm.generate_stepwise(model, prompts, config)
-                t_b, out_b = timed(lambda: jaxdllm.generate_stepwise(model, prompts, config), args.repeats)
+                # (a) and (b): best of `repeats` after a warm-up call (a's warm-up compiles the loop)
+                loop = timed(lambda: jaxdllm.generate(model, prompts, config), repeats=args.repeats)
+                compile_a, t_a, out_a = loop.first_s, loop.min_s, loop.out
+                stepwise = timed(lambda: jaxdllm.generate_stepwise(model, prompts, config), repeats=args.repeats)
+                t_b, out_b = stepwise.min_s, stepwise.out
                 assert np.array_equal(out_a.tokens, out_b.tokens)
                 t_c, torch_out = float("nan"), None
-                if not args.skip_torch:
-                    t_c, torch_out = timed(lambda: torch_run(torch_model, prompts, config, mc.mask_token_id),
-                                           args.repeats)
+                if not args.skip_torch:  # eager: nothing to compile, so no warm-up call
+                    eager = timed(lambda: torch_run(torch_model, prompts, config, mc.mask_token_id),
+                                  warmup=0, repeats=args.repeats)
+                    t_c, torch_out = eager.min_s, eager.out
                 tokens = batch * gen
-                flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, 32) * batch
+                # every step feeds the whole canvas; logits of the current block (32) only
+                flops = out_a.steps * forward_flops(mc, PROMPT_LEN + gen, batch=batch, logits_positions=32)
                 row = dict(size=size, gen_length=gen, policy=policy, batch=batch,
                            nfe_mean=float(out_a.nfe.mean()), steps=out_a.steps, first_call_s=compile_a,
                            jax_loop_tok_s=tokens / t_a, jax_stepwise_tok_s=tokens / t_b,
@@ -166,22 +147,12 @@ def main(argv=None) -> int:
 
 def write(rows, args, peak) -> None:
     """(Re)write `<out>.json` and `<out>.png`; called after every row so a cut-off run keeps its data."""
-    import torch
-
-    result = {"device": str(jax.devices()[0]), "matmul_peak_flops": peak, "sizes": SIZES,
-              "head_scale": HEAD_SCALE, "prompt_len": PROMPT_LEN, "rows": rows,
-              "torch_threads": torch.get_num_threads()}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}", flush=True)
+    result = {"matmul_peak_flops": peak, "sizes": SIZES, "head_scale": HEAD_SCALE, "prompt_len": PROMPT_LEN,
+              "rows": rows, **torch_facts()}
+    write_report(args.out, result, lambda r, path: plot(r["rows"], path))
 
 
 def plot(rows, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = [f"{r['size']} {r['policy']}\nG{r['gen_length']} B{r['batch']}" for r in rows]

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from sampling.benchmarks.report import device_facts, write_report
+
 VARIANTS = [  # (name, scan_layers, remat)
     ("unrolled", False, "none"),
     ("unrolled + remat dots", False, "dots"),
@@ -44,6 +46,7 @@ def measure(layers: int, width: int, batch: int, seq: int, scan: bool, remat: st
     from jaxdllm.data import build_char_tokenizer, make_batch_iterator, make_mixture
     from jaxdllm.train import TrainConfig, make_objective, make_optimizer, make_train_step, split_for_training
     from jaxdllm.train.setup import batch_config_for, init_model, init_optimizer, make_training_mesh
+    from sampling.benchmarks.timing import timed
 
     model = {"preset": "tiny-llada", "embed_dim": width, "num_layers": layers, "num_heads": 4, "num_kv_heads": 4,
              "head_dim": width // 4, "mlp_dim": 3 * width, "max_position": 512, "attention_impl": "xla",
@@ -73,32 +76,29 @@ def measure(layers: int, width: int, batch: int, seq: int, scan: bool, remat: st
     mem = compiled.memory_analysis()
     out["train_temp_mb"] = mem.temp_size_in_bytes / 2**20
     out["train_argument_mb"] = mem.argument_size_in_bytes / 2**20
-    trainable, opt = split.trainable, opt_state
-    times = []
-    for _ in range(steps + 1):
-        t0 = time.perf_counter()
-        trainable, opt, metrics = compiled(trainable, split.frozen, opt, batch, key)
-        jax.block_until_ready(metrics)
-        times.append(time.perf_counter() - t0)
-    out["train_step_s"] = float(np.mean(times[1:]))
-    out["loss"] = float(metrics["loss"])
+    state = [split.trainable, opt_state]
+
+    def train_step():  # each call continues from the last one's parameters and optimizer state
+        state[0], state[1], metrics = compiled(state[0], split.frozen, state[1], batch, key)
+        return metrics
+
+    t = timed(train_step, repeats=steps)  # the mean of the steps after the first
+    out["train_step_s"] = float(np.mean(t.samples_s))
+    out["loss"] = float(t.out["loss"])
+    trainable = state[0]
     out["peak_rss_after_train_mb"] = _peak_rss_mb()
 
     model = split.params_model(trainable)
     prompts = np.tile(np.asarray(tokenizer.encode("reverse 4821="), np.int32), (4, 1))
     config = jaxdllm.SamplerConfig(gen_length=32, block_length=8, steps=32, prompt_bucket=16)
-    for name in ("sample_first_s", "sample_second_s"):
-        t0 = time.perf_counter()
-        result = jaxdllm.generate(model, prompts, config)
-        out[name] = time.perf_counter() - t0
-    out["sample_nfe"] = int(result.nfe[0])
+    t = timed(lambda: jaxdllm.generate(model, prompts, config), repeats=1)
+    out["sample_first_s"], out["sample_second_s"] = t.first_s, t.min_s
+    out["sample_nfe"] = int(t.out.nfe[0])
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(results["variants"])
@@ -135,12 +135,11 @@ def main(argv=None) -> int:
         scan, remat = args.child.split(",")
         print(json.dumps(measure(args.layers, args.width, args.batch, args.seq, scan == "1", remat, args.steps)))
         return 0
-    import jax
+    facts = device_facts()
     results = {"setup": {"layers": args.layers, "width": args.width, "batch": args.batch, "seq": args.seq,
-                         "device": f"{jax.devices()[0].platform} ({jax.device_count()} devices)",
-                         "jax": jax.__version__}, "variants": {}}
+                         "device": f"{facts['platform']} ({facts['device_count']} devices)",
+                         "jax": facts["jax"]}, "variants": {}}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     for name, scan, remat in VARIANTS:
         cmd = [sys.executable, "-m", "sampling.benchmarks.benchmark_scan_layers", "--child", f"{int(scan)},{remat}",
                "--layers", str(args.layers), "--width", str(args.width), "--batch", str(args.batch),
@@ -151,8 +150,8 @@ def main(argv=None) -> int:
         print(f"{name:24s} lower {row['train_lower_s']:6.1f}s  compile {row['train_compile_s']:6.1f}s  "
               f"temp {row['train_temp_mb']:7.1f} MiB  step {row['train_step_s']:.2f}s  peak RSS "
               f"{row['peak_rss_mb']:.0f} MiB  sampler first call {row['sample_first_s']:.1f}s", flush=True)
-        out.with_suffix(".json").write_text(json.dumps(results, indent=1))
-    plot(results, out.with_suffix(".png"))
+        results = write_report(out, results, facts=facts)
+    write_report(out, results, plot, facts=facts)
     return 0
 
 

@@ -75,10 +75,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU mem
 import argparse
 import json
 import math
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -88,8 +86,12 @@ from flax import nnx
 from jaxdllm.extras import exit_if_missing
 import jaxdllm
 from jaxdllm.decoding import SamplerConfig
+from jaxdllm.flops import forward_flops, matmul_params
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from sampling.benchmarks.benchmark_gpu_sampler import measured_bandwidth, random_model
+from sampling.benchmarks.report import torch_facts, write_report
+from sampling.benchmarks.timing import timed
 
 PRESETS = ("llada", "fast-dllm-parallel", "fast-dllm-prefix", "fast-dllm-dual", "dparallel")
 DECODERS = ("jaxdllm", "torch_eager", "torch_compile")
@@ -122,27 +124,14 @@ def default_head_scale(config: ModelConfig) -> float:
     return TINY_HEAD_SCALE * logit_spread(ModelConfig.preset("tiny-llada")) / logit_spread(config)
 
 
-def write_checkpoint(config: ModelConfig, path: Path, head_scale: float) -> Path:
-    """Random weights (`random_model`, on the default device) with the LM head `[d, V]` times
+def write_checkpoint(config: ModelConfig, path: Path, head_scale: float, dtype: str = "float32") -> Path:
+    """Random `dtype` weights (`random_model`, on the default device) with the LM head `[d, V]` times
     `head_scale`, saved in LLaDA layout under `path` (config.json + safetensors)."""
-    model = random_model(config)
+    model = random_model(config, RunOptions(dtype, dtype))
     model.lm_head.set_value(model.lm_head[...] * head_scale)
     jaxdllm.save_pretrained(model, path)
     del model
     return path
-
-
-def non_embedding_params(config: ModelConfig) -> int:
-    """Parameters other than the input embedding `[V, d]` (the untied LM head is included)."""
-    return config.num_params - config.vocab_size * config.embed_dim
-
-
-def forward_flops(config: ModelConfig, batch: int, fed: int, keys: int) -> float:
-    """FLOPs of one forward of a batch of `batch` rows, `fed` tokens each, attending to `keys`
-    positions: `batch (2 N fed + 4 n_layers fed keys H hd)` (N = non-embedding parameters)."""
-    c = config
-    return batch * (2.0 * non_embedding_params(c) * fed
-                    + 4.0 * c.num_layers * fed * keys * c.num_heads * c.head_dim)
 
 
 # ----------------------------------------------------------------------------- step schedules
@@ -232,27 +221,12 @@ def tpu_estimate(config: ModelConfig, schedule: list[tuple[int, bool]], batch: i
     times, compute_bound = [], 0
     for block, first in schedule:
         fed = fed_tokens(cache, first, block, prompt_len, gen_length, block_length)
-        t_flop = forward_flops(config, batch, fed, total) / n / (chip["bf16_TFLOPs"] * 1e12)
+        t_flop = forward_flops(config, fed, total, batch=batch) / n / (chip["bf16_TFLOPs"] * 1e12)
         times.append(max(t_mem, t_flop))
         compute_bound += t_flop > t_mem
     wall = sum(times)
     return dict(ms_per_step=wall / len(times) * 1e3, tokens_per_s=batch * gen_length / wall,
                 compute_bound_steps=compute_bound / len(times), memory_floor_ms=t_mem * 1e3, **chip)
-
-
-def _timed(fn, reps: int, sync=lambda: None):
-    """(first call s, median of `reps` timed calls s, last output)."""
-    t = time.perf_counter()
-    out = fn()
-    sync()
-    first = time.perf_counter() - t
-    walls = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        sync()
-        walls.append(time.perf_counter() - t)
-    return first, statistics.median(walls), out
 
 
 def _columns(wall: float, forwards: int, flops: float, nfe: np.ndarray, batch: int, gen: int, floor_ms: float,
@@ -291,23 +265,24 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
     # jaxdllm
     sampler = ctx["sampler"]
     try:
-        first, wall, res = _timed(lambda: sampler(ids, cfg), args.reps)
+        t = timed(lambda: sampler(ids, cfg), repeats=args.reps)  # the first call, then the median of reps
     except Exception as e:  # an attention kernel that fails here: measure the sampler with XLA attention
         row["attention_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        ctx["model"].set_attributes(attention_impl="xla")
+        ctx["model"] = ctx["model"].with_options(attention_impl="xla")
         sampler = ctx["sampler"] = jaxdllm.Sampler(ctx["model"])
-        first, wall, res = _timed(lambda: sampler(ids, cfg), args.reps)
+        t = timed(lambda: sampler(ids, cfg), repeats=args.reps)
+    first, wall, res = t.first_s, t.median_s, t.out
     schedule = jax_schedule(res.commit_step, res.nfe, cfg, lp)
     if len(schedule) != res.steps:
         row["schedule_warning"] = f"derived {len(schedule)} forwards, the loop ran {res.steps}"
-    jax_flops = sum(forward_flops(config, batch, fed_tokens(cache, f, b, lp, gen, cfg.block_length), lp + gen)
+    jax_flops = sum(forward_flops(config, fed_tokens(cache, f, b, lp, gen, cfg.block_length), lp + gen, batch=batch)
                     for b, f in schedule)
     jax_tokens = res.tokens[:, lp:]
 
     # torch decoders
     dev = ctx["torch_device"]
     prompts = torch.as_tensor(ids, dtype=torch.long, device=dev)
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    sync = (lambda out: torch.cuda.synchronize()) if dev == "cuda" else (lambda out: None)  # torch on the CPU: done
     kw = dict(gen_length=gen, block_length=cfg.block_length, steps=cfg.steps, mask_id=config.mask_token_id,
               policy=policy, threshold=getattr(cfg.policy, "threshold", 0.9),
               entropy_threshold=getattr(cfg.policy, "entropy_threshold", 0.5), cache=cache)
@@ -324,8 +299,9 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
                 model.calls.clear()
                 return generate_batch(model, prompts, **kw)
 
-            first_t, wall_t, out = _timed(call, args.reps, sync)
-            flops = sum(forward_flops(config, b, fed, keys) for b, fed, keys in model.calls)
+            t = timed(call, repeats=args.reps, sync=sync)
+            first_t, wall_t, out = t.first_s, t.median_s, t.out
+            flops = sum(forward_flops(config, fed, keys, batch=b) for b, fed, keys in model.calls)
             tokens = out["tokens"][:, lp:].cpu().numpy()
             if decoder == "torch_eager":
                 port_tokens = tokens
@@ -392,21 +368,21 @@ def main(argv=None) -> int:
     on_gpu = platform == "gpu"
     if tiny:
         args.gen_length, args.prompt_len = min(args.gen_length, 64), min(args.prompt_len, 16)
-        config = ModelConfig.preset("tiny-llada", param_dtype="float32", dtype="float32")
+        config, dtype = ModelConfig.preset("tiny-llada"), "float32"
     else:
-        config = ModelConfig.preset("llada-8b")
+        config, dtype = ModelConfig.preset("llada-8b"), "bfloat16"  # the published checkpoint's dtype
     config = config.replace(max_position=max(config.max_position, args.prompt_len + args.gen_length))
     head_scale = args.head_scale if args.head_scale is not None else default_head_scale(config)
     out = Path(args.out or f"sampling/results/side_by_side_{'gpu' if on_gpu else 'cpu'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     torch_device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
-    torch_dtype = torch.float32 if config.param_dtype == "float32" else torch.bfloat16
+    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
 
     ctx = dict(config=config, compile_mode=args.compile_mode)
     with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
-        path = write_checkpoint(config, Path(tmp) / "llada", head_scale)
+        path = write_checkpoint(config, Path(tmp) / "llada", head_scale, dtype)
         overrides = {"attention_impl": args.attention_impl} if args.attention_impl else {}
-        model = jaxdllm.from_pretrained(path, dtype=config.param_dtype, **overrides)
+        model = jaxdllm.from_pretrained(path, dtype=dtype, **overrides)
         ctx.update(model=model, sampler=jaxdllm.Sampler(model))
         torch_model = TorchLLaDA.from_pretrained(path, dtype=torch_dtype, device=torch_device).eval()
     ctx["port"] = PortModel(torch_model, config.mask_token_id)
@@ -417,12 +393,11 @@ def main(argv=None) -> int:
     ctx["peak"], peak_source = peak_flops(jax.devices()[0].device_kind, platform, args.peak_tflops)
 
     result = dict(
-        device=jax.devices()[0].device_kind, platform=platform, torch_device=torch_device,
-        jax=jax.__version__, torch=torch.__version__, torch_threads=torch.get_num_threads(),
-        model="tiny-llada" if tiny else "llada-8b", dtype=config.param_dtype,
+        torch_device=torch_device, **torch_facts(),
+        model="tiny-llada" if tiny else "llada-8b", dtype=dtype,
         dims=dict(vocab=config.vocab_size, d=config.embed_dim, layers=config.num_layers, heads=config.num_heads,
                   kv_heads=config.num_kv_heads, head_dim=config.head_dim, mlp=config.mlp_dim),
-        params=config.num_params, non_embedding_params=non_embedding_params(config), weight_bytes=weight_bytes,
+        params=config.num_params, non_embedding_params=matmul_params(config), weight_bytes=weight_bytes,
         bandwidth_GBps=bandwidth / 1e9, floor_ms_per_step=ctx["floor_ms"], peak_tflops=ctx["peak"] / 1e12,
         peak_source=peak_source, head_scale=head_scale,
         weights=(f"random_model (normal std {INIT_STD}, norms 1) on {platform}, LM head x {head_scale:.3g}, saved with "
@@ -433,10 +408,11 @@ def main(argv=None) -> int:
                  "calibrated). Random weights predict nearly the same distribution at every masked position, so "
                  "a row tends to commit one token or a whole block per forward"),
         prompt_len=args.prompt_len, gen_length=args.gen_length, block_length=32, reps=args.reps,
-        flops_note="FLOPs fed per forward: B (2 N T + 4 n_layers T L H hd), N non-embedding params (LM head "
-                   "counted on every fed token), T fed tokens, L canvas; MFU = FLOPs / (wall x peak)",
+        flops_note="FLOPs fed per forward (jaxdllm.flops.forward_flops): B (2 N T + 4 n_layers T L H hd), N "
+                   "non-embedding params (LM head counted on every fed token), T fed tokens, L canvas; "
+                   "MFU = FLOPs / (wall x peak)",
         tpu_assumptions=dict(chips=TPUS, note=TPU_NOTE), rows=[])
-    print(f"{result['device']} ({platform}, torch on {torch_device}): {config.num_params / 1e9:.3g}B params, "
+    print(f"{jax.devices()[0].device_kind} ({platform}, torch on {torch_device}): {config.num_params / 1e9:.3g}B params, "
           f"{weight_bytes / 1e9:.3g} GB, bandwidth {bandwidth / 1e9:.0f} GB/s, floor {ctx['floor_ms']:.3g} ms/step, "
           f"peak {ctx['peak'] / 1e12:.3g} TFLOP/s ({peak_source}), head scale {head_scale:.3g}", flush=True)
 
@@ -448,9 +424,9 @@ def main(argv=None) -> int:
                 row = dict(row=f"{name}-b{batch}", preset=name, batch=batch, error=f"{type(e).__name__}: {str(e)[:400]}")
             result["rows"].append(row)
             result["summary"] = _summary(result["rows"])
-            out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+            result = write_report(out, result)  # now with the device facts
             print(json.dumps({k: v for k, v in row.items() if k != "tpu"}), flush=True)
-    plot(result, out.with_suffix(".png"))
+    result = write_report(out, result, plot, quiet=True)
     print(markdown(result))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
     return 0
@@ -506,8 +482,6 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Bars of ms per step per row, one per decoder, and the bandwidth floor as a line."""
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [r for r in result["rows"] if "decoders" in r]
@@ -525,7 +499,6 @@ def plot(result: dict, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

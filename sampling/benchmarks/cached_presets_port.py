@@ -11,7 +11,6 @@ generated tokens, NFE and commit steps are equal, and each side's valid answers 
     python -m sampling.benchmarks.cached_presets_port        # writes sampling/results/cached_presets_port_cpu.json
 """
 
-import json
 from pathlib import Path
 
 from jaxdllm.extras import exit_if_missing
@@ -27,6 +26,7 @@ from jaxdllm.data import get_task, make_split  # noqa: E402
 from jaxdllm.eval.runner import left_pad  # noqa: E402
 from jaxdllm.tokenizer import decode_response  # noqa: E402
 from sampling.torch_reference.torch_llada import TorchLLaDA  # noqa: E402
+from sampling.benchmarks.report import torch_facts, write_report  # noqa: E402
 from sampling.torch_reference.torch_port import generate as port_generate  # noqa: E402
 
 MODEL = jaxdllm.checkpoint_dir("tasks-llada-small")
@@ -111,8 +111,7 @@ def main():
                   f"valid jaxdllm {t['valid_jaxdllm']} port {t['valid_port']}  "
                   f"mean NFE {t['mean_nfe_jaxdllm']:.2f} / {t['mean_nfe_port']:.2f}", flush=True)
         report["caches"][cache] = rows
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(report, indent=1))
+    write_report(OUT, {**report, **torch_facts()})  # JSON only: counts of equal rows
     print(f"prompt encoding equal: {encodings_equal}; wrote {OUT}")
 
 

@@ -33,6 +33,8 @@ import json
 import time
 from pathlib import Path
 
+from sampling.benchmarks.report import write_report
+
 TASKS = ("copy", "reverse", "sort", "add", "perm", "pick3")
 
 
@@ -220,9 +222,9 @@ def main(argv=None) -> None:
                   f"tokens/forward {s['answer_tokens_per_forward']:.2f}  | " +
                   "  ".join(f"{t} {r['accuracy']:.2f}/{r['mean_nfe']:.1f}" for t, r in row["tasks"].items()),
                   flush=True)
-            out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+            data = write_report(out, data)  # after every setting: a rerun reuses what is done
     data["matched"] = matched(data, args.tolerance)
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    data = write_report(out, data)
     for label, row in data["matched"].items():
         if label in data["models"]:
             print(f"matched accuracy {label:12s} " + ("no setting within the tolerance" if row is None else
@@ -230,8 +232,7 @@ def main(argv=None) -> None:
                   f"fewer than one token per step" + (f", {row['fewer_forwards_than_base_best_parallel']:.2f}x fewer "
                   "than the base's best parallel setting" if row["fewer_forwards_than_base_best_parallel"] else "")))
     print(markdown_table(data))
-    plot(data, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    write_report(out, data, plot)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@ task with held-out prompts, both runs in one process. Writes
 `sampling/results/int8_accuracy_cpu.json` (accuracy, NFE and answer tokens per forward per task
 and sampler, and the differences) and `int8_accuracy_cpu.png`.
 
-    python sampling/benchmarks/int8_accuracy.py [--model tasks-llada-small] [--n 200]
+    python -m sampling.benchmarks.int8_accuracy [--model tasks-llada-small] [--n 200]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from flax import nnx
 import jaxdllm
 from jaxdllm.eval import evaluate, resolve_tasks
 from jaxdllm.extras import exit_if_missing
+from sampling.benchmarks.report import write_report
 
 METRICS = ("accuracy", "mean_nfe", "answer_tokens_per_forward")
 OUT = Path(__file__).resolve().parents[1] / "results" / "int8_accuracy_cpu.json"
@@ -69,16 +69,16 @@ def main():
               "logits_max_abs_diff": float(np.abs(a - b).max()), "logits_max_abs": float(np.abs(a).max()),
               "argmax_agreement": float(np.mean(a.argmax(-1) == b.argmax(-1))),
               "parameter_bytes": weight_bytes, "rows": rows}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(report, indent=1))
     print(f"largest accuracy change {report['max_abs_accuracy_points']} points; logits within "
           f"{report['logits_max_abs_diff']:.4f} of {report['logits_max_abs']:.1f}")
+    write_report(OUT, report, plot)
 
-    import matplotlib
 
-    matplotlib.use("Agg")
+def plot(report: dict, path: Path) -> None:
+    """Accuracy per task, float32 against int8 weights, one panel per sampler."""
     import matplotlib.pyplot as plt
 
+    rows = report["rows"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
     for ax, sampler in zip(axes, ("llada", "threshold")):
         mine = [r for r in rows if r["sampler"] == sampler]
@@ -86,12 +86,11 @@ def main():
         ax.bar(x - 0.2, [r["accuracy_float32"] for r in mine], 0.4, label="float32")
         ax.bar(x + 0.2, [r["accuracy_int8"] for r in mine], 0.4, label="int8 weights")
         ax.set_xticks(x, [r["task"] for r in mine])
-        ax.set_title(f"{args.model}, {sampler}")
-    axes[0].set_ylabel(f"accuracy ({args.n} held-out prompts)")
+        ax.set_title(f"{report['model']}, {sampler}")
+    axes[0].set_ylabel(f"accuracy ({report['n']} held-out prompts)")
     axes[0].legend(loc="lower left")
     fig.tight_layout()
-    fig.savefig(OUT.with_suffix(".png"), dpi=120)
-    print(f"wrote {OUT} and {OUT.with_suffix('.png')}")
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import json
 import time
 from pathlib import Path
 
+from sampling.benchmarks.report import write_report
+
 SUITE = ("copy", "reverse", "sort", "add", "perm", "pick3")
 LONG_FIT = ("copy", "sort", "add", "perm")  # prompts of at most 16 tokens: 16 + 48 <= 64 positions
 FAMILIES = {"llada": ("black", "-o"), "threshold 0.9": ("tab:blue", "-s"),  # part 2: color, line style
@@ -191,9 +193,7 @@ def main(argv=None) -> None:
         data[part] = {"tasks": list(tasks), "settings": report["settings"], "results": _rows(report),
                       "seconds": time.perf_counter() - start}
     data["length"]["gen_lengths"] = [int(g) for g in args.gen_lengths.split(",")]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}.json").write_text(json.dumps(data, indent=1))
-    plot(data, Path(f"{out}.png"))
+    write_report(out, data, plot, quiet=True)
     print(tables(data))
     print(f"wrote {out}.json and {out}.png")
 

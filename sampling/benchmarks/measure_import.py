@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sampling.benchmarks.report import write_report
+
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
@@ -33,6 +35,7 @@ def _child(path: str, dtype: str | None) -> None:
     from flax import nnx
 
     from jaxdllm.checkpoint.hf_io import from_pretrained
+    from sampling.benchmarks.report import device_facts
 
     jax.numpy.zeros(1).block_until_ready()  # initialise the backend before the baseline
     base = _peak_rss_bytes()
@@ -40,7 +43,8 @@ def _child(path: str, dtype: str | None) -> None:
     model = from_pretrained(path, dtype=dtype)
     jax.block_until_ready(jax.tree.leaves(nnx.state(model)))
     seconds = time.perf_counter() - t0
-    print(json.dumps({"baseline_peak_rss": base, "peak_rss": _peak_rss_bytes(), "import_seconds": seconds}))
+    print(json.dumps({"baseline_peak_rss": base, "peak_rss": _peak_rss_bytes(), "import_seconds": seconds,
+                      "facts": device_facts()}))
 
 
 def write_random_checkpoint(path: Path, size_gb: float, shard_gb: float) -> dict:
@@ -102,13 +106,12 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
         child = json.loads(out.stdout.strip().splitlines()[-1])
+        facts = child.pop("facts")  # the child's (CPU) backend: this process never starts one
         child["process_seconds"] = time.perf_counter() - t0
     result = {**info, **child, "dtype": args.dtype or "float32",
               "import_peak_over_baseline": child["peak_rss"] - child["baseline_peak_rss"]}
     result["peak_over_baseline_div_disk"] = result["import_peak_over_baseline"] / info["disk_bytes"]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    print(json.dumps(write_report(args.out, result, facts=facts), indent=2))  # JSON only: one measurement
     return 0
 
 

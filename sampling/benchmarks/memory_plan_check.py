@@ -11,7 +11,6 @@ numbers and their ratio to `sampling/results/memory_plan_check.json`.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
@@ -21,6 +20,7 @@ from jaxdllm.decoding import Sampler
 from jaxdllm.lowering import abstract_model, lower_train_step
 from jaxdllm.memory_plan import sampling_plan, training_plan
 from jaxdllm.train import TrainConfig
+from sampling.benchmarks.report import write_report
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "memory_plan_check.json"
 
@@ -41,15 +41,15 @@ def xla_bytes(compiled) -> dict:
             "outputs": m.output_size_in_bytes, "donated": m.alias_size_in_bytes, "total": total}
 
 
-def model_config(overrides: dict, dtype: str) -> ModelConfig:
-    return ModelConfig.preset("tiny-llada", max_position=1024, param_dtype=dtype, dtype=dtype, **overrides)
+def model_config(overrides: dict) -> ModelConfig:
+    return ModelConfig.preset("tiny-llada", max_position=1024, **overrides)
 
 
 def run(quick: bool = False) -> dict:
     rows = []
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     for label, overrides in MODELS[:1] if quick else MODELS:
-        config = model_config(overrides, "float32")
+        config = model_config(overrides)  # float32 (the default run options)
         for preset, extra in SAMPLERS[:2] if quick else SAMPLERS:
             sampler = SamplerConfig.preset(preset, gen_length=256, block_length=32, **extra)
             xla = xla_bytes(Sampler(abstract_model(config)).lower((4, 128), sampler).compile())
@@ -65,16 +65,14 @@ def run(quick: bool = False) -> dict:
                          "ratio": plan.total / xla["total"]})
     return {"what": "memory plan total / XLA memory_analysis total (arguments + temporaries + outputs - donated), "
                     "CPU, float32, batch 4 x (128 + 256) for sampling, 8 x 128 for training",
-            "jax": jax.__version__, "rows": rows}
+            "rows": rows}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    report = run()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    report = write_report(args.out, run())  # JSON only: one ratio per row
     for r in report["rows"]:
         print(f"{r['model']:20s} {r['program']:30s} plan {r['plan']['total_bytes'] / 2**20:8.1f} MiB  "
               f"XLA {r['xla']['total'] / 2**20:8.1f} MiB  ratio {r['ratio']:.3f}")

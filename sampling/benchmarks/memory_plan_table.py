@@ -8,7 +8,6 @@ training/README.md carry.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from jaxdllm import ModelConfig, SamplerConfig
@@ -16,6 +15,7 @@ from jaxdllm.memory_plan import (GIB, RUNTIMES, expected_experts_touched, runtim
                                  step_weight_bytes, training_plan)
 from jaxdllm.shipped import recipe_path
 from jaxdllm.train import TrainConfig
+from sampling.benchmarks.report import write_report
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "memory_plan_tpu.json"
 
@@ -115,8 +115,8 @@ def main():
                      f"{', LoRA r ' + str(recipe.lora.rank) if recipe.lora.enabled else ''}) | " + " | ".join(cells) + " |")
     print("\n".join(lines) + "\n")
     print("\n".join(moe_rows(report)))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(report, indent=1))
+    # the tables are on paper (shapes and sharding rules): the facts say which machine and jax computed them
+    write_report(OUT, report)
     print(f"\nwrote {OUT}")
 
 

@@ -36,7 +36,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -49,17 +48,15 @@ from jaxdllm.decoding.loop import decode
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.sampler import prepare
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
+from sampling.benchmarks.report import kind_slug, write_report
+from sampling.benchmarks.timing import timed
 
 _HLO_OP = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\([^)]*\)|\S+) ([\w\-]+)\((.*)")  # name, type, opcode, rest
 _OP_NAME = re.compile(r'op_name="([^"]+)"')
 _COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
 _WRAPPERS = re.compile(r"^(jit\(.*\)|while|body|cond|branch_\d+_fun|closed_call|checkpoint|remat)$")
-
-
-def kind_slug(device_kind: str) -> str:
-    """A device kind as a file-name part: `cpu`, `nvidia_h100_80gb_hbm3`."""
-    return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_")
 
 
 def device_slug() -> str:
@@ -76,7 +73,7 @@ def build_model(size: str, head_scale: float | None) -> Transformer:
     from sampling.benchmarks.benchmark_side_by_side import default_head_scale
 
     if size == "8b":
-        model = random_model(ModelConfig.preset("llada-8b"))
+        model = random_model(ModelConfig.preset("llada-8b"), RunOptions("bfloat16", "bfloat16"))
     else:
         model = Transformer(ModelConfig.preset("tiny-llada", **SIZES[size]), rngs=nnx.Rngs(0))
     scale = default_head_scale(model.config) if head_scale is None else head_scale
@@ -207,12 +204,8 @@ def profile(model, preset: str, batch: int, prompt_len: int, gen_length: int, tr
     mc = model.config
     ids = np.random.default_rng(0).integers(0, mc.mask_token_id - 4, (batch, prompt_len)).astype(np.int32)
     sampler = jaxdllm.Sampler(model)
-    t = time.perf_counter()
-    res = sampler(ids, cfg)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    res = sampler(ids, cfg)
-    wall = time.perf_counter() - t
+    t = timed(lambda: sampler(ids, cfg), repeats=1)  # compile + run, then one untraced run
+    first, wall = t.first_s, t.min_s
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
         res = sampler(ids, cfg)
 
@@ -265,8 +258,7 @@ def main(argv=None) -> int:
     result["size"] = args.size
     stem = f"sampling/results/profile_{device_slug()}_{args.size}_{args.preset}_b{args.batch}"
     out = Path(args.out or stem).with_suffix(".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_report(out, result)  # JSON only: the groups are a table, not a curve
     print(f"{args.size} {args.preset} batch {args.batch}: {result['steps']} steps, {result['ms_per_step']:.2f} ms/step "
           f"untraced, XLA ops {result['xla_op_ms']:.0f} ms traced on {result['device']}")
     if not result["groups"]:

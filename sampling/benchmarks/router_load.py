@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdllm.extras import exit_if_missing
+from sampling.benchmarks.report import write_report
 
 
 def loads_of(model, rows: list[list[int]]) -> np.ndarray:
@@ -67,12 +68,12 @@ def main(argv=None) -> None:
               "moe_layers": [i for i in range(c.num_layers) if c.is_moe_layer(i)],
               "first_step": summary(loads_of(model, first_step)),
               "finished": summary(loads_of(model, finished))}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    write_report(args.out, report, plot)
+    print(json.dumps({k: report[k]["max_over_mean"] for k in ("first_step", "finished")}))
 
-    import matplotlib
-    matplotlib.use("Agg")
+
+def plot(report: dict, path: Path) -> None:
+    """Rows over the mean per expert: a panel per MoE layer, first step above, finished text below."""
     import matplotlib.pyplot as plt
 
     layers = report["moe_layers"]
@@ -80,18 +81,15 @@ def main(argv=None) -> None:
     for r, key in enumerate(("first_step", "finished")):
         for col, layer in enumerate(layers):
             ax = axes[r][col]
-            ax.bar(range(c.num_experts), report[key]["load_over_mean"][col], color="tab:blue" if r else "tab:orange")
+            ax.bar(range(report["experts"]), report[key]["load_over_mean"][col], color="tab:blue" if r else "tab:orange")
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
             ax.set_title(f"layer {layer}, {key.replace('_', ' ')}", fontsize=9)
             ax.set_xlabel("expert")
             if col == 0:
                 ax.set_ylabel("rows / mean")
-    fig.suptitle(f"router load: {Path(str(args.model)).name}, {len(examples)} held-out examples")
+    fig.suptitle(f"router load: {Path(report['model']).name}, {report['examples']} held-out examples")
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
-    print(json.dumps({k: report[k]["max_over_mean"] for k in ("first_step", "finished")}))
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
-
+    fig.savefig(path, dpi=110)
 
 if __name__ == "__main__":
     main()

@@ -11,8 +11,8 @@ must be a subset of `candidates` holding at least one position per row that has 
 every step makes progress (a policy that `holding` reports on may also re-decide the block's decided
 positions: LLaDA2.1's token editing). What a policy may ask for (class attributes):
 
-* `method`: which canvas it decodes (`"diffusion"`: MASK until committed; `"draft"`: draft
-  tokens verified against greedy decoding, the `DraftVerifyPolicy` interface of
+* `method`: which canvas it decodes (`"masked_canvas"`: MASK until committed; `"draft_canvas"`:
+  draft tokens verified against greedy decoding, the `DraftVerifyPolicy` interface of
   `draft_verify.py`, whose policies define `propose` / `accept` / `update` instead of `commit`).
 * `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
 * `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
@@ -93,7 +93,7 @@ class Policy(Settings):
 
     name: ClassVar[str] = ""
     role: ClassVar[str] = "policy"
-    method: ClassVar[str] = "diffusion"
+    method: ClassVar[str] = "masked_canvas"
     scheduled: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
     needs_params: ClassVar[bool] = False

@@ -120,7 +120,7 @@ class DraftVerifyPolicy(Policy):
     """Base class of the draft-and-verify policies (see the module docstring). Greedy: the
     output equals greedy autoregressive decoding token for token."""
 
-    method: ClassVar[str] = "draft"
+    method: ClassVar[str] = "draft_canvas"
 
     def check(self, config) -> None:
         if config.temperature != 0:

@@ -10,6 +10,8 @@
    regression) with BCE over the masked positions.
 4. `save_filter` (in `decoding/policies/learn2pd.py`) writes it beside the model; `jaxdllm
    generate --preset learn2pd` finds it there.
+
+`distill_learn2pd` runs steps 2-4 for a recipe (what `jaxdllm distill learn2pd` calls).
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ from flax import nnx
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.data.jsonl import iter_jsonl_lines
-from jaxdllm.decoding.policies.learn2pd import Learn2PDFilter
+from jaxdllm.decoding.methods import MASKED_CANVAS
+from jaxdllm.decoding.policies import policy_class
+from jaxdllm.decoding.policies.learn2pd import FILTER_FILE, Learn2PDFilter, save_filter
 from jaxdllm.errors import ConfigError, DataError
 from jaxdllm.models.transformer import Transformer
+from jaxdllm.output_paths import check_output_file
+from jaxdllm.shipped import checkpoint_dir
 
 
 @dataclasses.dataclass
@@ -269,3 +275,56 @@ def fit_filter(model: Transformer, records: Sequence[dict], block_length: int, *
             f"({side.replace('_', '-')}), {row['precision']:.2%} of them already final")
     log(f"trained in {seconds:.1f}s ({steps} steps)")
     return module, report
+
+
+def distill_learn2pd(config, recipe: str, out: str | Path | None = None, log=print) -> Path:
+    """Learn2PD's filter for a recipe (a `TrainConfig`): its `[distill]` model (the teacher, else
+    `[model] init_from`) replays the trajectories `jaxdllm distill trajectories` recorded, and
+    `fit_filter` fits the filter with the `[learn2pd]` settings. The filter goes to `out` (a
+    `.safetensors` file or a folder; default `[learn2pd] out`, else the model's folder, where
+    `--preset learn2pd` finds it), with the fit's JSON report beside it.
+
+    Args:
+      config: the recipe, overrides applied.
+      recipe: the recipe's name or path, as errors name it.
+      out: the command line's `--out`, or None.
+      log: called with each progress line.
+
+    Returns the filter file (the report is the same path with `.json`). Raises `ConfigError` or
+    `DataError` before any model is loaded when the recipe, the trajectories or `out` cannot serve.
+    """
+    from jaxdllm.checkpoint.hf_io import from_pretrained
+    from jaxdllm.eval.evaluate import weights_version
+    from jaxdllm.train.config import Learn2PDSection
+
+    if config.distill is None:
+        raise ConfigError(f"recipe {recipe} has no [distill] section: it names the model (teacher) and the "
+                          "prompts whose trajectories train the filter")
+    section = config.learn2pd or Learn2PDSection()
+    teacher = checkpoint_dir(config.distill.teacher or config.model.init_from)
+    path = Path(section.trajectories or config.distill.out)
+    if not path.is_file():
+        raise DataError(f"no trajectories at {path}: record them first with `jaxdllm distill trajectories "
+                        f"{recipe}`")
+    settings = trajectory_settings(path)
+    if policy_class(settings["policy"]["name"]).method != MASKED_CANVAS.name:
+        raise ConfigError(f"{path} holds draft-and-verify trajectories; Learn2PD's oracle traces are a diffusion "
+                          "model's decoding ([distill] preset = \"llada\")")
+    target = Path(out or section.out or teacher)
+    target = target if target.suffix == ".safetensors" else target / FILTER_FILE  # a folder: the file inside
+    check_output_file(target, "--out" if out else "[learn2pd] out")
+    model = from_pretrained(teacher, dtype=config.distill.dtype)
+    records = read_trajectories(path)
+    # the replayed features, kept beside the trajectories per model weights and dtype: another
+    # filter setting (hidden, steps, lr) on the same traces skips the replay
+    cache = path.with_name(f"{path.stem}.oracle-{weights_version(teacher)}-{config.distill.dtype or 'stored'}.npz")
+    module, report = fit_filter(model, records, settings["block_length"], hidden=section.hidden, steps=section.steps,
+                                batch_size=section.batch_size, lr=section.lr, held_out=section.held_out,
+                                seed=section.seed, thresholds=section.thresholds, cache=cache, log=log)
+    report.update(model=teacher.name, weights=weights_version(teacher), trajectories=str(path),
+                  trajectory_sampler=settings)
+    saved = save_filter(module, target, model=teacher.name, weights=weights_version(teacher),
+                        trained_on=f"{len(records)} prompts of {path.name} ({settings['policy']['name']}, "
+                                   f"gen_length {settings['gen_length']})")
+    saved.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    return saved

@@ -69,6 +69,13 @@ class Objective(Settings):
     def where(cls) -> str:
         return "[objective] "
 
+    @property
+    def stacked_views(self) -> int:
+        """How many copies of the batch one step's forward stacks along its rows (certainty forcing's
+        two masked views: 2). The memory plan (`jaxdllm.memory_plan.training_plan`) scales the
+        activations and logits by it."""
+        return 1
+
     def check(self, config: ModelConfig) -> None:
         """Raise `ConfigError` if this objective cannot train a model of `config` (before compiling)."""
 

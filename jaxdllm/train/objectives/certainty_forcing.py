@@ -101,6 +101,10 @@ class CertaintyForcing(Objective):
             raise ConfigError(f"[objective] num_views must be 1 (view A only) or 2 (the complementary pair), "
                               f"got {self.num_views!r}")
 
+    @property
+    def stacked_views(self) -> int:
+        return self.num_views  # view A (and view B) in one forward of n * B rows
+
     def check(self, config):
         if config.attention == "causal":
             raise ConfigError("objective 'certainty_forcing' distils a diffusion model; this model's attention is "

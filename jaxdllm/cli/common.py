@@ -1,0 +1,100 @@
+"""What several commands of the command line share: `--set` values, the model folder, the recipe,
+the cache notes and the line an interrupted command prints."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+from jaxdllm.shipped import checkpoint_dir, shipped_checkpoint
+
+
+def _parse_value(text: str):
+    """One `--set` value: int, float, true/false, else text; a value with commas is a list."""
+    if "," in text:  # a list: data.tasks=copy,reverse
+        return [_parse_value(part.strip()) for part in text.split(",") if part.strip()]
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
+    """`--set` overrides: `KEY=VALUE` -> `{key: value}`, or with `sections` `SECTION.KEY=VALUE` ->
+    `{section: {key: value}}`. Values are read as int, float, true/false, else text; a value
+    with commas is a list of such values."""
+    from jaxdllm.errors import ConfigError
+
+    out: dict = {}
+    form = "SECTION.KEY=VALUE" if sections else "KEY=VALUE"
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        section, dot, name = key.partition(".")
+        if not sep or not key or (sections and not (dot and section and name)):
+            raise ConfigError(f"--set expects {form}, got {item!r}")
+        if sections:
+            out.setdefault(section, {})[name] = _parse_value(value.strip())
+        else:
+            out[key] = _parse_value(value.strip())
+    return out
+
+
+DEFAULT_MODEL_NAME = "tasks-llada-small"
+# The shipped folder, whatever the working folder holds (see jaxdllm.shipped).
+DEFAULT_MODEL = shipped_checkpoint(DEFAULT_MODEL_NAME) or Path("checkpoints") / DEFAULT_MODEL_NAME
+
+
+def model_dir(args) -> Path:
+    """`--model` (a folder or a shipped name), else the shipped default."""
+    from jaxdllm.errors import CheckpointError
+    from jaxdllm.shipped import shipped_hint
+
+    if args.model is not None:
+        return checkpoint_dir(args.model)
+    if not (DEFAULT_MODEL / "config.json").is_file():
+        raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL_NAME} is missing "
+                              f"({shipped_hint()})")
+    return DEFAULT_MODEL
+
+
+def recipe(args):
+    """The recipe `args.recipe` with the `--set SECTION.KEY=VALUE` overrides applied."""
+    from jaxdllm.shipped import recipe_path
+    from jaxdllm.train import TrainConfig
+
+    config = TrainConfig.from_toml(recipe_path(args.recipe))
+    if args.set:
+        raw = config.to_dict()
+        for section, values in parse_sets(args.set, sections=True).items():
+            raw.setdefault(section, {}).update(values)
+        config = TrainConfig.from_dict(raw)
+    return config
+
+
+def warn_cache_notes(model_dir: Path, configs) -> None:
+    """One warning per flagged cache: what the checkpoint's card measured with it."""
+    from jaxdllm.pretrained import cache_note
+
+    for name in sorted({c.cache.name for c in configs}):
+        note = cache_note(model_dir, next(c for c in configs if c.cache.name == name))
+        if note:
+            warnings.warn(f"cache {name!r} on {model_dir.name}: {note}")
+
+
+def interrupted(command: str, e: KeyboardInterrupt, resumes: str | None = None) -> int:
+    """One line for Ctrl-C or SIGTERM: what was kept and, when the command `resumes`, how to go on;
+    returns the exit code, 130 or 143."""
+    import signal
+
+    from jaxdllm.interrupts import signal_number
+
+    kept = getattr(e, "kept", "")
+    line = "interrupted" + ("" if not kept else f" {kept}" if kept.startswith("at ") else f"; {kept}")
+    if resumes:
+        line += f"; {resumes}"
+    print(f"jaxdllm {command}: {line}", file=sys.stderr)
+    return 143 if signal_number(e) == signal.SIGTERM else 130

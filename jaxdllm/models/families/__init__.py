@@ -1,0 +1,48 @@
+"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`)
+holding its model_types, presets, config.json reading and writing, tensor table, special ids and
+notes. Everything else dispatches through `FAMILIES`: a new family is one module and one line here.
+"""
+
+from __future__ import annotations
+
+from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.models.config import ModelConfig, register_presets
+from jaxdllm.models.families import block_diffusion, dream, llada, llada2, qwen2_llama
+from jaxdllm.models.families.family import Family
+
+# In lookup order: a family that refines others (block diffusion: Qwen2 / Dream / Llama with a block
+# size) comes before them.
+FAMILIES: tuple[Family, ...] = (
+    llada.FAMILY,
+    block_diffusion.FAMILY,
+    dream.FAMILY,
+    qwen2_llama.FAMILY,
+    llada2.FAMILY,
+)
+
+SUPPORTED_MODEL_TYPES = tuple(t for family in FAMILIES for t in family.model_types)
+
+
+def family_for_hf(raw: dict, where: str = "config.json") -> Family:
+    """The family whose checkpoints have the parsed config.json `raw`; `where` names the file in errors."""
+    for family in FAMILIES:
+        if family.reads_hf(raw):
+            return family
+    raise CheckpointError(f"{where}: unknown architecture model_type={raw.get('model_type')!r}; "
+                          f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+
+
+def family_of(config: ModelConfig) -> Family:
+    """The family `config` belongs to (by `checkpoint_format`, `model_type` and attention)."""
+    for family in FAMILIES:
+        if family.holds_config(config):
+            return family
+    raise ConfigError(f"no model family has checkpoint_format={config.checkpoint_format!r} with "
+                      f"model_type={config.model_type!r} and attention={config.attention!r}; "
+                      f"families: {', '.join(f.name for f in FAMILIES)}")
+
+
+for _family in FAMILIES:
+    register_presets(_family.presets, _family.checkpoints)
+
+__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "Family", "family_for_hf", "family_of"]

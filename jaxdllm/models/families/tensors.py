@@ -1,0 +1,119 @@
+"""Checkpoint tensor names -> `Transformer` parameter paths: `TensorMapping` and the table pieces
+the families share (the LLaMA-style decoder, one SwiGLU).
+
+HF/torch linears are `[out, in]`; jaxdllm stores `[in, out]` with heads split out, so a
+tensor converts by an optional transpose followed by a reshape (and back the other way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxdllm.models.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMapping:
+    """One checkpoint tensor (or part of one): its name and shape there, its parameter path and
+    shape here.
+
+    `rows=(a, b)`: this parameter is rows `[a, b)` of the checkpoint tensor (LLaDA2's fused
+    `query_key_value` holds q, k and v). `expert=e`: this tensor is expert `e`'s slice of a
+    parameter stacked over experts (`shape` is the slice's shape).
+    """
+
+    name: str
+    path: tuple
+    hf_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    transpose: bool
+    rows: tuple[int, int] | None = None
+    expert: int | None = None
+
+    @property
+    def part_shape(self) -> tuple[int, ...]:
+        """The shape of the checkpoint rows this mapping covers (`hf_shape` unless `rows`)."""
+        if self.rows is None:
+            return self.hf_shape
+        return (self.rows[1] - self.rows[0], *self.hf_shape[1:])
+
+    def to_jax(self, w: np.ndarray) -> np.ndarray:
+        """Checkpoint layout (the covered rows) -> jaxdllm layout (a view where numpy allows)."""
+        return (w.T if self.transpose else w).reshape(self.shape)
+
+    def to_hf(self, w: np.ndarray) -> np.ndarray:
+        """jaxdllm layout -> checkpoint layout (the covered rows), contiguous."""
+        if self.transpose:
+            return np.ascontiguousarray(w.reshape(self.part_shape[::-1]).T)
+        return np.ascontiguousarray(w.reshape(self.part_shape))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderNames:
+    """The tensor names of a LLaMA-style decoder: whole-model names, then per-layer names under
+    `layers + "{i}."` (each without `.weight` / `.bias`)."""
+
+    embed: str
+    layers: str
+    final_norm: str
+    lm_head: str
+    attn_norm: str
+    mlp_norm: str
+    q: str
+    k: str
+    v: str
+    o: str
+    gate: str
+    up: str
+    down: str
+
+
+def decoder_table(c: ModelConfig, names: DecoderNames) -> list[TensorMapping]:
+    """Every tensor of a LLaMA-style decoder named by `names`, in file order: embedding; per layer
+    the two norms, q/k/v/o (then each one's bias where the config has them), gate/up/down; final
+    norm; the LM head unless tied."""
+    d, h, kv, hd, m, v = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim, c.mlp_dim, c.vocab_size
+    heads = {"q": h, "k": kv, "v": kv, "o": h}
+    table = [TensorMapping(names.embed + ".weight", ("embed",), (v, d), (v, d), False)]
+    for i in range(c.num_layers):
+        lp, at = f"{names.layers}{i}.", ("layers", i)
+        for ours in ("attn_norm", "mlp_norm"):
+            table.append(TensorMapping(lp + getattr(names, ours) + ".weight", at + (ours, "scale"), (d,), (d,), False))
+        for ours in ("q", "k", "v", "o"):
+            name, n, path = lp + getattr(names, ours), heads[ours], at + ("attn", ours)
+            if ours == "o":
+                table.append(TensorMapping(name + ".weight", path + ("kernel",), (d, n * hd), (n, hd, d), True))
+                if c.out_bias:
+                    table.append(TensorMapping(name + ".bias", path + ("bias",), (d,), (d,), False))
+            else:
+                table.append(TensorMapping(name + ".weight", path + ("kernel",), (n * hd, d), (d, n, hd), True))
+                if c.qkv_bias:
+                    table.append(TensorMapping(name + ".bias", path + ("bias",), (n * hd,), (n, hd), False))
+        for ours in ("gate", "up", "down"):
+            name, path = lp + getattr(names, ours), at + ("mlp", ours)
+            out_dim, in_dim = (d, m) if ours == "down" else (m, d)
+            table.append(TensorMapping(name + ".weight", path + ("kernel",), (out_dim, in_dim), (in_dim, out_dim),
+                                       True))
+            if c.mlp_bias:
+                table.append(TensorMapping(name + ".bias", path + ("bias",), (out_dim,), (out_dim,), False))
+    table.append(TensorMapping(names.final_norm + ".weight", ("final_norm", "scale"), (d,), (d,), False))
+    if not c.tie_embeddings:
+        table.append(TensorMapping(names.lm_head + ".weight", ("lm_head",), (v, d), (d, v), True))
+    return table
+
+
+# Hugging Face Llama / Qwen2 names (Dream and block-diffusion Qwen2 checkpoints use them too).
+HF_DECODER_NAMES = DecoderNames(
+    embed="model.embed_tokens", layers="model.layers.", final_norm="model.norm", lm_head="lm_head",
+    attn_norm="input_layernorm", mlp_norm="post_attention_layernorm", q="self_attn.q_proj", k="self_attn.k_proj",
+    v="self_attn.v_proj", o="self_attn.o_proj", gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj")
+
+
+def swiglu(prefix: str, at: tuple, d: int, m: int, expert: int | None = None) -> list[TensorMapping]:
+    """`{gate,up,down}_proj.weight` (torch `[out, in]`) of one SwiGLU of width `m`, under `prefix`,
+    mapped to `at + (gate|up|down, "kernel")`."""
+    return [TensorMapping(prefix + f"{ours}_proj.weight", at + (ours, "kernel"),
+                          (d, m) if ours == "down" else (m, d), (m, d) if ours == "down" else (d, m), True,
+                          expert=expert) for ours in ("gate", "up", "down")]
