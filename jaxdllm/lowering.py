@@ -17,13 +17,16 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
 
 
-def abstract_model(config: ModelConfig, mesh=None, rules=shd.DEFAULT_RULES) -> Transformer:
-    """A `Transformer` of `config` whose parameters are `jax.ShapeDtypeStruct`s, placed by the
-    sharding rules on `mesh` (none: one device). Nothing is allocated, so a 8B model costs no memory."""
-    model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+def abstract_model(config: ModelConfig, mesh=None, rules=shd.DEFAULT_RULES,
+                   options: RunOptions | None = None) -> Transformer:
+    """A `Transformer` of `config` run with `options` whose parameters are `jax.ShapeDtypeStruct`s,
+    placed by the sharding rules on `mesh` (none: one device). Nothing is allocated, so a 8B model
+    costs no memory."""
+    model = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     if mesh is None:
         return model
     graphdef, state = nnx.split(model)
@@ -70,7 +73,8 @@ def _train_step_call(recipe, model_config: ModelConfig, mesh, rows: int, seq_len
 
     mesh = shd.auto_mesh(mesh)
     with jax.set_mesh(mesh):
-        split = setup.split_for_training(abstract_model(model_config), recipe.lora, mesh, seed=recipe.train.seed)
+        model = abstract_model(model_config, options=recipe.run_options())  # as the trainer builds it
+        split = setup.split_for_training(model, recipe.lora, mesh, seed=recipe.train.seed)
         tx, _ = setup.make_optimizer(recipe.optim, recipe.train.steps)
         opt_state, opt_shardings = setup.init_optimizer(tx, split.trainable, mesh)
     objective = make_objective(recipe.objective.kind, recipe.objective.settings, model_config)

@@ -22,7 +22,8 @@ from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.methods import DRAFT_CANVAS
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import WEIGHT_FORMATS, ModelConfig
+from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import WEIGHT_FORMATS, RunOptions
 
 GIB = 2 ** 30
 
@@ -96,25 +97,30 @@ def _shards(spec, mesh: MeshShape) -> int:
     return count
 
 
-def with_weights(config: ModelConfig, weights: str | None) -> ModelConfig:
-    """`config` with its weights stored as `weights`: a float dtype (every parameter in it), or
-    `int8` (weight-only int8 linear layers and LM head; the rest in the config's `param_dtype`)."""
+def with_weights(options: RunOptions | None, weights: str | None) -> RunOptions:
+    """`options` with the weights stored as `weights`: a float dtype (every parameter and the compute
+    in it), or `int8` (weight-only int8 linear layers and LM head; the rest in the options'
+    `param_dtype`, by default bfloat16: the published checkpoints' dtype, which int8 loading keeps).
+    Default options: `RunOptions()` (float32)."""
+    if options is None:
+        options = RunOptions(param_dtype="bfloat16", dtype="bfloat16") if weights == "int8" else RunOptions()
     if weights is None:
-        return config
+        return options
     if weights not in WEIGHT_FORMATS:
         raise ConfigError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
     if weights == "int8":
-        return dataclasses.replace(config, quantization="int8")
-    return dataclasses.replace(config, param_dtype=weights, quantization=None)
+        return options.replace(quantization="int8")
+    return options.replace(param_dtype=weights, dtype=weights, quantization=None)
 
 
 def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: str | None = None,
-                    rules=shd.DEFAULT_RULES) -> int:
+                    rules=shd.DEFAULT_RULES, options: RunOptions | None = None) -> int:
     """Bytes of the parameters on the most loaded device: each tensor's size over the mesh axes
-    its logical axes map to (replicated where they do not divide), in `dtype` (default: the
-    config's `param_dtype`; int8 kernels of a quantized config stay one byte)."""
+    its logical axes map to (replicated where they do not divide), for a model run with `options`
+    (default `RunOptions()`), counted in `dtype` (default: the options' `param_dtype`; int8
+    kernels of quantized options stay one byte)."""
     total = 0
-    for shape, value_dtype, axes in _parameter_shapes(config):
+    for shape, value_dtype, axes in _parameter_shapes(config, RunOptions() if options is None else options):
         spec = shd.logical_to_spec(axes, shape, mesh, rules)
         floating = jax.numpy.issubdtype(value_dtype, jax.numpy.floating)
         itemsize = _itemsize(dtype) if dtype and floating else value_dtype.itemsize
@@ -123,12 +129,12 @@ def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: s
 
 
 @functools.lru_cache(maxsize=64)
-def _parameter_shapes(config: ModelConfig) -> tuple:
-    """`(shape, dtype, logical axes)` of every parameter of `config`'s model, from `nnx.eval_shape`
-    (cached: a plan over several runtimes traces the model once)."""
+def _parameter_shapes(config: ModelConfig, options: RunOptions) -> tuple:
+    """`(shape, dtype, logical axes)` of every parameter of `config`'s model run with `options`, from
+    `nnx.eval_shape` (cached: a plan over several runtimes traces the model once)."""
     from jaxdllm.models.transformer import Transformer
 
-    _, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    _, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0))))
     out = []
     for var in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
         value = var.get_value()
@@ -171,19 +177,20 @@ class MemoryPlan:
                 "total_gib": round(self.total / GIB, 3), "notes": list(self.notes)}
 
 
-def _flash(config: ModelConfig, platform: str) -> bool:
+def _flash(options: RunOptions, platform: str) -> bool:
     """Whether attention runs in a tiled kernel (no `[Lq, Lk]` score matrix kept)."""
-    if config.attention_impl in ("splash", "pallas", "cudnn"):
+    if options.attention_impl in ("splash", "pallas", "cudnn"):
         return True
-    return config.attention_impl == "auto" and platform in ("tpu", "gpu")
+    return options.attention_impl == "auto" and platform in ("tpu", "gpu")
 
 
 def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, prompt_len: int,
-                  mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu") -> MemoryPlan:
+                  mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu",
+                  options: RunOptions | None = None) -> MemoryPlan:
     """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`.
 
     Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
-    config's); `kv_cache` (prefix/dual
+    `options`' own); `kv_cache` (prefix/dual
     caches and draft-and-verify: K and V of every layer over the canvas, plus one verify layout
     for the latter); `logits` (float32 over the decoded span, and their probabilities); `activations` (the largest layer of the widest
     forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
@@ -193,8 +200,8 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     inputs, the float32 gate/up/down outputs of `experts_per_token` rows per token, and the router's
     float32 scores.
     """
-    c = with_weights(config, dtype)
-    act = _itemsize(c.dtype)
+    c, o = config, with_weights(options, dtype)
+    act = _itemsize(o.dtype)
     rows = _local(batch, mesh.batch_shards)
     total = prompt_len + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
@@ -206,11 +213,11 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     slots = total + span if draft else total
     width = max(total, span) if draft else total  # the widest forward: the canvas, or one verify layout
     terms = {
-        "weights": parameter_bytes(c, mesh),
+        "weights": parameter_bytes(c, mesh, options=o),
         "kv_cache": 2 * c.num_layers * rows * slots * kv_local * c.head_dim * act if cached else 0,
         "logits": 2 * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
         "activations": (rows * width * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
-                        + (0 if _flash(c, platform) else rows * heads_local * width * slots * 4)),
+                        + (0 if _flash(o, platform) else rows * heads_local * width * slots * 4)),
         "decode_state": rows * total * 16,
     }
     if c.num_experts:
@@ -234,26 +241,25 @@ def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(),
     (`Objective.stacked_views`: the two views of certainty forcing); `logits` (float32 logits,
     probabilities and their gradient over the micro-batch, times the same copies).
     """
-    param_dtype = recipe.model.overrides.get("param_dtype", "float32") if recipe.model.overrides else "float32"
-    c = dataclasses.replace(config, param_dtype=param_dtype, dtype=recipe.train.compute_dtype)
+    c, o = config, recipe.run_options()
     rows = rows or recipe.data.batch_size
     seq_len = seq_len or recipe.data.seq_len
     micro = _local(rows // recipe.optim.grad_accum, mesh.batch_shards)
-    act = _itemsize(c.dtype)
-    weights = parameter_bytes(c, mesh)
+    act = _itemsize(o.dtype)
+    weights = parameter_bytes(c, mesh, options=o)
     if recipe.lora.enabled:
         trainable = _lora_bytes(c, recipe.lora, mesh)
     else:
-        trainable = parameter_bytes(c, mesh, dtype="float32")
+        trainable = parameter_bytes(c, mesh, dtype="float32", options=o)
     views = recipe.objective.build().stacked_views
     heads_local = _local(c.num_heads, mesh.tensor)
     per_layer = micro * seq_len * (10 * c.embed_dim + 5 * _local(c.mlp_dim, mesh.tensor)) * act
-    if not _flash(c, platform):  # scores and probabilities
+    if not _flash(o, platform):  # scores and probabilities
         per_layer += 2 * micro * heads_local * seq_len * seq_len * 4
     if recipe.lora.enabled:  # each adapted projection keeps its float32 `x A` and `(x A) B` for the backward
         widths = _projection_widths(c)
         per_layer += micro * seq_len * sum(widths[t][1] + recipe.lora.rank for t in recipe.lora.targets) * 4
-    saved_layers = 1 if getattr(c, "remat", "none") != "none" else c.num_layers
+    saved_layers = 1 if o.remat != "none" else c.num_layers
     terms = {"weights": weights + (trainable if recipe.lora.enabled else 0),
              "gradients": trainable, "adam_moments": 2 * trainable,
              "activations": views * saved_layers * per_layer,
@@ -284,15 +290,16 @@ def expected_experts_touched(config: ModelConfig, tokens: int) -> float:
     return e * (1 - (1 - k / e) ** tokens) if e else 0.0
 
 
-def step_weight_bytes(config: ModelConfig, tokens: int, dtype: str | None = None) -> int:
+def step_weight_bytes(config: ModelConfig, tokens: int, dtype: str | None = None,
+                      options: RunOptions | None = None) -> int:
     """Weight bytes a forward over `tokens` tokens reads from memory (all devices together): every
     parameter except the routed experts, plus the experts it is expected to run
     (`expected_experts_touched`). For a dense model, all the weights. `dtype`: as `with_weights`."""
-    c = with_weights(config, dtype)
-    total = parameter_bytes(c)
+    c, o = config, with_weights(options, dtype)
+    total = parameter_bytes(c, options=o)
     if not c.num_experts:
         return total
-    per_expert = 3 * c.embed_dim * c.expert_dim * (1 if c.quantization == "int8" else _itemsize(c.param_dtype))
+    per_expert = 3 * c.embed_dim * c.expert_dim * (1 if o.quantization == "int8" else _itemsize(o.param_dtype))
     untouched = c.num_experts - expected_experts_touched(c, tokens)
     return int(total - c.num_moe_layers * untouched * per_expert)
 

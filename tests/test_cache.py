@@ -30,7 +30,7 @@ def test_exact_causal_cache_prefill_then_decode(step):
     model = _model("tiny-qwen2")
     ids = _ids(2, 12)
     full = np.asarray(forward(model, ids))
-    cache = KVCache.init(model.config, 2, 16)
+    cache = model.init_cache(2, 16)
     logits, cache = step(model, ids[:, :5], MaskSpec(kind="causal"), cache)
     got = [np.asarray(logits)]
     for t in range(5, 12):  # one token at a time, offset traced: no recompile per position
@@ -48,7 +48,7 @@ def test_exact_cache_with_left_padding_and_truncate(step):
     positions = jnp.clip(jnp.arange(10)[None] - pad[:, None], 0)
     full = np.asarray(forward(model, ids, positions,
                               MaskSpec(kind="causal", q_segment_ids=seg, kv_segment_ids=seg)))
-    cache = KVCache.init(model.config, 2, 12)
+    cache = model.init_cache(2, 12)
     spec = MaskSpec(kind="causal", q_segment_ids=seg[:, :6])
     first, cache = forward(model, ids[:, :6], positions[:, :6], spec, cache)
     wrong = jnp.full((2, 3), 7)  # speculative tokens, all rejected
@@ -64,7 +64,7 @@ def test_block_causal_cache_appends_finished_blocks(step):
     model = _model("tiny-block-diffusion")  # block size 8
     ids = _ids(2, 24, seed=2)
     full = np.asarray(forward(model, ids))
-    cache = KVCache.init(model.config, 2, 24)
+    cache = model.init_cache(2, 24)
     got = []
     for start in range(0, 24, 8):
         spec = MaskSpec(kind="block_causal", block_size=8, q_offset=jnp.int32(start))
@@ -77,7 +77,7 @@ def test_fast_dllm_prefix_and_dual_cache_are_exact_when_fresh(step):
     model = _model("tiny-llada")
     ids = _ids(2, 20, seed=3)
     full = np.asarray(forward(model, ids))
-    cache = KVCache.init(model.config, 2, 20)
+    cache = model.init_cache(2, 20)
     logits, cache = step(model, ids, MaskSpec(kind="bidirectional"), cache)  # block step 0 fills every slot
     np.testing.assert_allclose(np.asarray(logits), full, atol=TOL, rtol=0)
     start, end = 8, 12
@@ -92,7 +92,7 @@ def test_dual_cache_is_approximate_after_the_block_changes(step):
     forward; refreshing (a full forward) restores exactness. Documented as approximate."""
     model = _model("tiny-llada")
     ids = _ids(1, 16, seed=4)
-    cache = KVCache.init(model.config, 1, 16)
+    cache = model.init_cache(1, 16)
     _, cache = step(model, ids, MaskSpec(kind="bidirectional"), cache)
     new = ids.at[:, 8:12].set(5)
     spec = MaskSpec(kind="bidirectional", q_offset=jnp.int32(8))
@@ -106,7 +106,7 @@ def test_dual_cache_is_approximate_after_the_block_changes(step):
 
 def test_cache_step_compiles_once_for_new_offsets(step):
     model = _model("tiny-qwen2")
-    cache = KVCache.init(model.config, 1, 8)
+    cache = model.init_cache(1, 8)
     compiled = jax.jit(lambda s, ids, off, c: nnx.merge(*s)(ids, attention=MaskSpec(kind="causal", q_offset=off),
                                                             cache=c)).lower(
         nnx.split(model), _ids(1, 1), jnp.int32(0), cache).compile()

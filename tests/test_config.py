@@ -1,9 +1,12 @@
 """ModelConfig presets carry the published sizes; bad configs fail with actionable messages."""
 
+import dataclasses
+
 import pytest
 
-from jaxdllm import ConfigError, ModelConfig
+from jaxdllm import ConfigError, ModelConfig, RunOptions
 from jaxdllm.checkpoint import config_from_hf, config_to_hf
+from jaxdllm.checkpoint.hf_config import checkpoint_dtype
 from jaxdllm.models import PRESETS, RopeScaling
 
 
@@ -17,7 +20,7 @@ from jaxdllm.models import PRESETS, RopeScaling
 def test_published_presets(name, shape, params_b):
     c = ModelConfig.preset(name)
     assert (c.num_layers, c.embed_dim, c.num_heads, c.num_kv_heads, c.mlp_dim, c.vocab_size) == shape
-    assert c.head_dim == 128 and c.param_dtype == "bfloat16"
+    assert c.head_dim == 128
     assert abs(c.num_params / 1e9 - params_b) < 0.01
 
 
@@ -35,16 +38,34 @@ def test_model_specific_fields():
     (dict(num_heads=6, num_kv_heads=4), r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"),
     (dict(attention="block_causal"), "needs a positive block_size"),
     (dict(attention="sliding"), "attention must be one of"),
-    (dict(dtype="float64"), "dtype must be one of"),
     (dict(mask_token_id=300), r"mask_token_id=300 is outside the vocabulary \[0, 256\)"),
     (dict(embed_dim=0), "embed_dim must be a positive integer"),
     (dict(head_dim=15), "head_dim must be even"),
-    (dict(attention_impl="cuda"), "attention_impl must be one of"),
     (dict(checkpoint_format="gguf"), "checkpoint_format must be one of"),
 ])
 def test_invalid_configs(changes, message):
     with pytest.raises(ConfigError, match=message):
         ModelConfig.preset("tiny-llama", **changes)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(dtype="float64"), "dtype must be one of"),
+    (dict(param_dtype="int4"), "param_dtype must be one of"),
+    (dict(attention_impl="cuda"), "attention_impl must be one of"),
+    (dict(remat="some"), "remat must be one of"),
+    (dict(quantization="int4"), "quantization must be None or one of"),
+    (dict(scan_layers="yes"), "scan_layers must be"),
+])
+def test_invalid_run_options(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        RunOptions(**changes)
+
+
+def test_run_options_are_not_config_fields():
+    """What a model is and how it runs are separate: no field is both."""
+    assert not set(RunOptions.fields()) & {f.name for f in dataclasses.fields(ModelConfig)}
+    with pytest.raises(TypeError):
+        ModelConfig.preset("tiny-llama", scan_layers=True)
 
 
 def test_unknown_preset_lists_known_ones():
@@ -61,9 +82,10 @@ def test_rope_scaling_validation():
 def test_dict_and_hf_config_round_trips(name):
     c = PRESETS[name].replace(rope_scaling=RopeScaling("llama3", 8.0)) if "llama" in name else PRESETS[name]
     assert ModelConfig.from_dict(c.to_dict()) == c
-    back = config_from_hf(config_to_hf(c))
-    # the HF config carries no compute dtype, eot id or attention impl; everything else survives
-    assert back.replace(dtype=c.dtype, eot_token_id=c.eot_token_id) == c
+    written = config_to_hf(c, "bfloat16")
+    # the HF config carries no eot id; everything else survives, and the weights' dtype beside it
+    assert config_from_hf(written).replace(eot_token_id=c.eot_token_id) == c
+    assert checkpoint_dtype(written) == "bfloat16"
 
 
 def test_from_dict_rejects_unknown_fields():

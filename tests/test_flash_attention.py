@@ -168,8 +168,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
 
     results = []
     for impl in ("reference", "pallas"):
-        model.set_attributes(attention_impl=impl)  # the call-time override of config.attention_impl
-        results.append(loss_and_grads(model))
+        results.append(loss_and_grads(model.with_options(attention_impl=impl)))
     (loss_ref, grads_ref), (loss_ours, grads_ours) = results
     np.testing.assert_allclose(float(loss_ours), float(loss_ref), rtol=1e-6)
     flat_ref, flat_ours = jax.tree.leaves(grads_ref), jax.tree.leaves(grads_ours)

@@ -72,7 +72,7 @@ def test_tied_embeddings_and_bf16(tmp_path):
     got = np.asarray(forward(half, jnp.asarray(ids)))
     assert got.dtype == np.float32 and np.abs(got - hf_logits(hf, ids)).max() < 0.1
     mixed = jaxdllm.from_pretrained(tmp_path, compute_dtype="bfloat16")
-    assert (mixed.embed[...].dtype, mixed.config.dtype) == (jnp.float32, "bfloat16")
+    assert (mixed.embed[...].dtype, mixed.options.dtype) == (jnp.float32, "bfloat16")
     assert np.abs(np.asarray(forward(mixed, jnp.asarray(ids))) - hf_logits(hf, ids)).max() < 0.1
 
 

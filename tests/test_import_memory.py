@@ -44,7 +44,7 @@ def scaled_llada(tmp_path_factory):
     """LLaDA-8B's vocabulary and layout at a quarter of its width and 4 layers, bf16, in files of
     at most 64 MiB (the published checkpoint: six files)."""
     config = ModelConfig.preset("llada-8b", embed_dim=1024, num_heads=8, num_kv_heads=8, mlp_dim=3072,
-                                num_layers=4, param_dtype="float32", dtype="float32")
+                                num_layers=4)
     path = tmp_path_factory.mktemp("scaled-llada")
     save_pretrained(Transformer(config, rngs=nnx.Rngs(0)), path, max_shard_size="64MiB", dtype="bfloat16")
     return path, config

@@ -13,7 +13,9 @@ import torch
 from safetensors.numpy import load_file
 
 import jaxdllm
-from jaxdllm import ModelConfig, SamplerConfig, generate, sharding
+from flax import nnx
+
+from jaxdllm import ModelConfig, RunOptions, SamplerConfig, Transformer, generate, sharding
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
@@ -116,7 +118,7 @@ def test_bf16_checkpoint_matches_torch_in_bf16(tmp_path):
     route differently in bf16 (the router's inputs differ in their last bits)."""
     weights = make_llada2_checkpoint(tmp_path, dtype=torch.bfloat16)
     model = jaxdllm.from_pretrained(tmp_path)
-    assert model.config.param_dtype == "bfloat16"
+    assert model.options.param_dtype == "bfloat16"
     ids = _ids(length=32, batch=2)
     want, routing = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(32, 8),
                                    dtype=torch.bfloat16)
@@ -194,7 +196,8 @@ def test_moe_config_errors_say_what_to_change():
     with pytest.raises(ConfigError, match="exceeds the experts"):
         ModelConfig.preset("tiny-llada2", experts_per_token=9)
     with pytest.raises(ConfigError, match="scan_layers"):
-        ModelConfig.preset("tiny-llada2", scan_layers=True)
+        nnx.eval_shape(lambda: Transformer(ModelConfig.preset("tiny-llada2"), RunOptions(scan_layers=True),
+                                           rngs=nnx.Rngs(0)))
     with pytest.raises(ConfigError, match="rotary_fraction"):
         ModelConfig.preset("tiny-llada2", rotary_fraction=0.1)
 

@@ -5,14 +5,13 @@ import jax
 import pytest
 from flax import nnx
 
-from jaxdllm import ModelConfig, SamplerConfig, Transformer, sharding
+from jaxdllm import ModelConfig, RunOptions, SamplerConfig, Transformer, sharding
 from jaxdllm.errors import ConfigError
 from jaxdllm.memory_plan import (GIB, RUNTIMES, MeshShape, parameter_bytes, runtime_mesh, sampling_plan,
                                  training_plan)
 from jaxdllm.train import TrainConfig
 
-TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, max_position=1024,
-            param_dtype="float32", dtype="float32")
+TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, max_position=1024)
 
 
 @pytest.mark.parametrize("model", ["tiny-llada", "tiny-llada2"])
@@ -21,14 +20,14 @@ TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads
 @pytest.mark.mesh
 def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization, model):
     data, fsdp, tensor = mesh_shape
-    config = ModelConfig.preset(model, **TINY, quantization=quantization)
+    config, options = ModelConfig.preset(model, **TINY), RunOptions(quantization=quantization)
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
-    model = sharding.shard_model(Transformer(config, rngs=nnx.Rngs(0)), mesh)
+    model = sharding.shard_model(Transformer(config, options, rngs=nnx.Rngs(0)), mesh)
     per_device: dict = {}
     for leaf in jax.tree.leaves(nnx.state(model)):
         for shard in leaf.addressable_shards:
             per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
-    assert parameter_bytes(config, MeshShape(data, fsdp, tensor)) == max(per_device.values())
+    assert parameter_bytes(config, MeshShape(data, fsdp, tensor), options=options) == max(per_device.values())
 
 
 def test_the_plan_is_within_15_percent_of_xla():
@@ -76,24 +75,26 @@ def test_moe_step_reads_follow_the_experts_a_step_runs():
     from jaxdllm.memory_plan import expected_experts_touched, step_weight_bytes
 
     mini = ModelConfig.preset("llada2-mini")
-    assert parameter_bytes(mini) == mini.num_params * 2 + 19 * 256 * 2  # bf16; the routers' biases stay float32
+    bf16 = RunOptions(param_dtype="bfloat16", dtype="bfloat16")  # the published checkpoints' dtype
+    assert parameter_bytes(mini, options=bf16) == mini.num_params * 2 + 19 * 256 * 2  # the routers' biases stay float32
     assert expected_experts_touched(mini, 1) == pytest.approx(8)
     assert expected_experts_touched(mini, 32) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 32))
-    one = step_weight_bytes(mini, 1)
+    one = step_weight_bytes(mini, 1, "bfloat16")
     expert = 3 * 2048 * 512 * 2
-    assert one == pytest.approx(parameter_bytes(mini) - 19 * (256 - 8) * expert, rel=1e-9)
-    assert step_weight_bytes(mini, 10_000) == pytest.approx(parameter_bytes(mini), rel=1e-6)
+    assert one == pytest.approx(parameter_bytes(mini, options=bf16) - 19 * (256 - 8) * expert, rel=1e-9)
+    assert step_weight_bytes(mini, 10_000, "bfloat16") == pytest.approx(parameter_bytes(mini, options=bf16), rel=1e-6)
 
 
 def test_llada_8b_on_the_colab_runtimes():
     """bf16 LLaDA-8B: 14.9 GiB of weights alone, so a v5e-1 (16 GiB) cannot also hold the
     decoding state with XLA's headroom; a v6e-1 (32 GiB) can, and a v2-8 or v5e-8 shares it out."""
     config = ModelConfig.preset("llada-8b")
-    assert parameter_bytes(config) == config.num_params * 2
+    assert parameter_bytes(config, dtype="bfloat16") == config.num_params * 2
     sampler = SamplerConfig.preset("fast-dllm-dual")
-    one = sampling_plan(config, sampler, batch=1, prompt_len=256)
+    one = sampling_plan(config, sampler, batch=1, prompt_len=256, dtype="bfloat16")
     assert not one.fits(RUNTIMES["v5e-1"]) and one.fits(RUNTIMES["v6e-1"])
-    eight = sampling_plan(config, sampler, batch=8, prompt_len=256, mesh=runtime_mesh(RUNTIMES["v2-8"]))
+    eight = sampling_plan(config, sampler, batch=8, prompt_len=256, mesh=runtime_mesh(RUNTIMES["v2-8"]),
+                          dtype="bfloat16")
     assert eight.fits(RUNTIMES["v2-8"]) and eight.terms["weights"] < one.terms["weights"] / 7
     assert one.total / GIB == pytest.approx(sum(one.terms.values()) / GIB)
     with pytest.raises(ConfigError, match="not divisible"):

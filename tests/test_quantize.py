@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdllm import ModelConfig, Transformer, sharding
+from jaxdllm import ModelConfig, RunOptions, Transformer, sharding
 from jaxdllm.checkpoint import from_pretrained, save_pretrained
 from jaxdllm.models.quantize import quantize_kernel, quantize_weights
 from support.cli import run_cli
@@ -52,7 +52,7 @@ def test_int8_kernels_match_a_numpy_absmax_quantization(shape, contracted):
 def test_the_int8_model_equals_a_float_model_holding_the_dequantized_weights(preset, scan):
     """fp32 compute: the int8 forward (qwix's dequantizing einsum) against the float forward on
     `int8 * scale` computed here in numpy; the int8 values themselves are checked above."""
-    model = Transformer(ModelConfig.preset(preset, scan_layers=scan), rngs=nnx.Rngs(0))
+    model = Transformer(ModelConfig.preset(preset), RunOptions(scan_layers=scan), rngs=nnx.Rngs(0))
     int8 = quantize_weights(model)
     quantized = dict(nnx.to_flat_state(nnx.state(int8, nnx.Param)))
     rounded = nnx.clone(model)
@@ -70,7 +70,7 @@ def test_the_int8_model_equals_a_float_model_holding_the_dequantized_weights(pre
 
 @pytest.mark.parametrize("preset", ["tiny-llada", "tiny-qwen2"])
 def test_int8_logits_are_within_the_stated_tolerance_of_bf16(preset):
-    model = Transformer(ModelConfig.preset(preset, param_dtype="bfloat16", dtype="bfloat16"), rngs=nnx.Rngs(0))
+    model = Transformer(ModelConfig.preset(preset), RunOptions("bfloat16", "bfloat16"), rngs=nnx.Rngs(0))
     int8 = quantize_weights(model)
     ids = _ids(batch=4, length=32)
     a, b = np.asarray(model(ids)), np.asarray(int8(ids))

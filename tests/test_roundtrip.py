@@ -66,7 +66,7 @@ def test_bfloat16_round_trip(tmp_path):
     jaxdllm.save_pretrained(half, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"
     again = jaxdllm.from_pretrained(tmp_path / "out")
-    assert again.config.param_dtype == "bfloat16"
+    assert again.options.param_dtype == "bfloat16"
     _assert_bitwise_equal(half, again)
 
 

@@ -37,7 +37,7 @@ def test_scanned_logits_cache_and_gradients_equal_the_unrolled_model(checkpoint,
     # exact KV cache: prefill 7 tokens, then feed 4 at offset 7
     outs = {}
     for name, m in (("unrolled", unrolled), ("scanned", scanned)):
-        cache = KVCache.init(m.config, 2, 16)
+        cache = m.init_cache(2, 16)
         _, cache = forward(m, jnp.asarray(ids[:, :7]), None, MaskSpec(kind="causal"), cache)
         logits, cache = forward(m, jnp.asarray(ids[:, 7:]), None, MaskSpec(kind="causal", q_offset=7), cache)
         outs[name] = (logits, cache)

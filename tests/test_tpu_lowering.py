@@ -9,10 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdllm import ModelConfig, SamplerConfig, generate, sharding
+from jaxdllm import ModelConfig, RunOptions, SamplerConfig, generate, sharding
 from jaxdllm.decoding import Sampler
 from jaxdllm.lowering import abstract_model, export_train_step, program_facts
 from jaxdllm.train import TrainConfig
+
+BF16 = "bfloat16"  # the published checkpoints' parameter and compute dtype
 
 pytestmark = pytest.mark.mesh
 
@@ -32,8 +34,8 @@ def _sampler(preset: str) -> SamplerConfig:
 def _export_decode(preset: str, mesh_shape, platform="tpu", impl="auto"):
     data, fsdp, tensor = mesh_shape
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
-    config = ModelConfig.preset(MODEL_OF[preset], attention_impl=impl)
-    return program_facts(Sampler(abstract_model(config, mesh)).export((8, 128), _sampler(preset), platform=platform))
+    model = abstract_model(ModelConfig.preset(MODEL_OF[preset]), mesh, options=RunOptions(BF16, BF16, attention_impl=impl))
+    return program_facts(Sampler(model).export((8, 128), _sampler(preset), platform=platform))
 
 
 def _check(facts, platform="tpu"):
@@ -57,7 +59,7 @@ def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
 def test_llada_8b_with_int8_weights_lowers_for_one_tpu_chip():
     """What notebook 02 runs on a Colab v5e-1: LLaDA-8B, int8 linear layers, the dual cache, one chip."""
     mesh = sharding.make_mesh(data=1, fsdp=1, tensor=1, devices=jax.devices()[:1])
-    model = abstract_model(ModelConfig.preset("llada-8b", quantization="int8"), mesh)
+    model = abstract_model(ModelConfig.preset("llada-8b"), mesh, options=RunOptions(BF16, BF16, quantization="int8"))
     assert str(model.lm_head.get_value().dtype) == "int8" and model.lm_head_scale is not None
     _check(program_facts(Sampler(model).export((1, 128), _sampler("fast-dllm-dual"), platform="tpu")))
 
@@ -92,9 +94,10 @@ def test_lowering_for_tpu_leaves_this_machines_runs_alone():
     np.testing.assert_array_equal(after.tokens, before.tokens)
 
 
-def _recipe(objective: dict, grad_accum: int = 1, lora_rank: int = 0) -> TrainConfig:
+def _recipe(objective: dict, grad_accum: int = 1, lora_rank: int = 0, attention_impl: str = "auto") -> TrainConfig:
     data = {"source": "trajectories", "path": "never-read.jsonl"} if objective["kind"] == "jacobi_forcing" else {}
-    return TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "objective": objective, "data": data,
+    return TrainConfig.from_dict({"model": {"preset": "tiny-llada", "attention_impl": attention_impl},
+                                  "objective": objective, "data": data,
                                   "optim": {"grad_accum": grad_accum}, "lora": {"rank": lora_rank}})
 
 
@@ -115,8 +118,8 @@ def test_a_training_step_lowers_for_tpu_at_real_shapes(objective):
     state sharded like the parameters."""
     preset, section = OBJECTIVES[objective]
     mesh = sharding.make_mesh(data=1, fsdp=8, tensor=1)
-    config = ModelConfig.preset(preset, attention_impl="splash")
-    facts = program_facts(export_train_step(_recipe(section), config, mesh, rows=8, seq_len=512))
+    config = ModelConfig.preset(preset)
+    facts = program_facts(export_train_step(_recipe(section, attention_impl="splash"), config, mesh, rows=8, seq_len=512))
     assert facts["platforms"] == ["tpu"] and facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
 
 
@@ -125,8 +128,8 @@ def test_a_lora_step_with_accumulation_lowers_for_tpu():
     """LoRA adapters and gradient accumulation (a scan over micro-batches), at 8B width with 2
     layers (the adapters are real arrays, drawn on the host)."""
     mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
-    config = ModelConfig.preset("llada-8b", attention_impl="splash", num_layers=2)
-    recipe = _recipe({"kind": "certainty_forcing"}, grad_accum=2, lora_rank=16)
+    config = ModelConfig.preset("llada-8b", num_layers=2)
+    recipe = _recipe({"kind": "certainty_forcing"}, grad_accum=2, lora_rank=16, attention_impl="splash")
     facts = program_facts(export_train_step(recipe, config, mesh, rows=8, seq_len=256))
     assert facts["mosaic_kernels"] >= 1 and facts["host_callbacks"] == 0
 
@@ -140,8 +143,8 @@ def test_llada2_mini_decoding_loop_lowers_for_tpu(mesh_shape, weights):
     8-way fsdp axis (a v5e-8). The routed experts lower to XLA's ragged dot, not a loop over experts."""
     data, fsdp, tensor = mesh_shape
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
-    config = ModelConfig.preset("llada2-mini", quantization="int8" if weights == "int8" else None)
-    model = abstract_model(config, mesh)
+    config = ModelConfig.preset("llada2-mini")
+    model = abstract_model(config, mesh, options=RunOptions(BF16, BF16, quantization="int8" if weights == "int8" else None))
     assert model.layers[1].mlp.gate.kernel.get_value().shape == (256, 2048, 512)
     exported = Sampler(model).export((fsdp, 128), SamplerConfig.preset("llada2", cache="block"), platform="tpu")
     _check(program_facts(exported))

@@ -10,7 +10,7 @@ from pathlib import Path
 from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.families import family_for_hf, family_of
-from jaxdllm.models.families.config_json import SPECIAL_ID_KEYS, first_id
+from jaxdllm.models.families.config_json import SPECIAL_ID_KEYS, checkpoint_dtype, first_id
 
 
 def require_checkpoint_folder(directory: str | Path, what: str = "checkpoint directory") -> Path:
@@ -44,8 +44,10 @@ def config_from_hf(raw: dict, where: str = "config.json") -> ModelConfig:
     return family_for_hf(raw, where).config_from_hf(raw, where)
 
 
-def config_to_hf(config: ModelConfig) -> dict:
-    """config.json contents for `config`, written by its family, keeping the keys of its source config."""
+def config_to_hf(config: ModelConfig, dtype: str | None = None) -> dict:
+    """config.json contents for `config`, written by its family, keeping the keys of its source config;
+    `dtype`: the weights' storage dtype, written as `torch_dtype` (or `dtype`, where the source used
+    that key); default: the source's, else float32."""
     out = dict(config.source_config or {})
     dtype_key = "dtype" if "dtype" in out else "torch_dtype"
     family_of(config).config_to_hf(config, out)
@@ -53,5 +55,5 @@ def config_to_hf(config: ModelConfig) -> dict:
         value = getattr(config, key)
         if value is not None and first_id(out.get(key)) != value:
             out[key] = value
-    out[dtype_key] = config.param_dtype
+    out[dtype_key] = dtype or checkpoint_dtype(out)
     return out

@@ -2,7 +2,7 @@
 
 Import reads one tensor at a time, converts its layout and dtype on the host, and places it
 straight into its target sharding; at most one tensor (plus its cast copy) is on the host. With
-`ModelConfig.scan_layers` a layer's tensor is written on device into its slice of the stacked
+`RunOptions.scan_layers` a layer's tensor is written on device into its slice of the stacked
 parameter.
 """
 
@@ -30,8 +30,10 @@ from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_conf
 from jaxdllm.checkpoint.hf_names import is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import quantize
-from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, ModelConfig
+from jaxdllm.models.families.config_json import checkpoint_dtype
 from jaxdllm.models.families.tensors import TensorMapping
+from jaxdllm.models.run_options import RunOptions, split_options
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
 
@@ -220,7 +222,8 @@ def verify_checkpoint(path: str | Path) -> dict:
 
 
 def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype: str | None = None,
-                    mesh: Mesh | None = None, rules=shd.DEFAULT_RULES, **config_overrides) -> Transformer:
+                    mesh: Mesh | None = None, rules=shd.DEFAULT_RULES, options: RunOptions | None = None,
+                    **overrides) -> Transformer:
     """Load a Hugging Face checkpoint directory into a `Transformer`.
 
     Args:
@@ -232,44 +235,50 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
       mesh: place each parameter in its named sharding on this mesh (see
         `jaxdllm.sharding`); default: the first device.
       rules: logical-axis -> mesh-axis table.
-      **config_overrides: `ModelConfig` fields to change (e.g. `attention="bidirectional"`,
-        `attention_impl="xla"`); they must not change parameter shapes. `quantization="int8"`
-        quantizes each linear layer's tensor on its devices as it loads (weight-only int8,
-        per-output-channel scales; the float tensor is never kept).
+      options: how the model runs (`RunOptions`); `dtype` / `compute_dtype` and option keywords
+        below change it.
+      **overrides: `RunOptions` fields (`attention_impl="xla"`, `scan_layers=True`, `remat`,
+        `quantization="int8"`: each linear layer's tensor is quantized on its devices as it loads,
+        weight-only int8 with per-output-channel scales; the float tensor is never kept), or
+        `ModelConfig` fields that do not change parameter shapes (e.g. `attention="bidirectional"`).
 
     Returns:
-      The model; `model.config.source_config` keeps the config.json for export.
+      The model; `model.config.source_config` keeps the config.json for export, `model.options`
+      says how it runs.
     """
     directory = checkpoint_dir(path)
     raw = read_config_json(directory)
     config = config_from_hf(raw, where=str(directory / "config.json"))
-    if dtype is not None:
-        if dtype not in DTYPES:
-            raise ConfigError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-        config = config.replace(param_dtype=dtype, dtype=dtype)
-    if compute_dtype is not None:
-        config = config.replace(dtype=compute_dtype)
+    config_overrides, option_overrides = split_options(overrides)
     fixed = sorted(set(config_overrides) & CHECKPOINT_FIELDS)
     if fixed:
         raise ConfigError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
                          "(use dtype= for the parameter dtype)")
     if config_overrides:
         config = config.replace(**config_overrides)
+    stored = checkpoint_dtype(raw)
+    if options is None:
+        options = RunOptions(param_dtype=stored, dtype=stored)
+    if dtype is not None:
+        options = options.replace(param_dtype=dtype, dtype=dtype)
+    if compute_dtype is not None:
+        options = options.replace(dtype=compute_dtype)
+    options = options.replace(**option_overrides)
 
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
 
-    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     variables = dict(nnx.to_flat_state(state))
-    target = _NP_DTYPES[config.param_dtype]
+    target = _NP_DTYPES[options.param_dtype]
     stacked: dict[tuple, jax.Array] = {}  # scan_layers: stacked parameters, filled layer by layer
     # File by file, each handle closed after use: its memory-mapped pages leave the process.
     for file in sorted(set(files.values())):
         handle = _open(file)
         for t in (t for t in table if files[t.name] == file):
-            path, index = param_location(t, config)
+            path, index = param_location(t, options.scan_layers)
             var = variables[path]
             shape = tuple(var.get_value().shape)
             if shape[len(index):] != t.shape:  # a bug in the table, not in the checkpoint
@@ -339,11 +348,11 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
       path: output directory (created).
       max_shard_size: bytes per safetensors file (int or "5GB"); larger models get
         `model-0000k-of-0000n.safetensors` plus `model.safetensors.index.json`.
-      dtype: tensor dtype on disk; default the parameter dtype.
+      dtype: tensor dtype on disk; default the parameter dtype (`model.options.param_dtype`).
       copy_files_from: a checkpoint directory whose tokenizer/generation/chat-template files
         (and `*.py` remote code, e.g. LLaDA's) are copied along.
 
-    An int8 model (`quantization="int8"`) is written as the float weights it stands for
+    An int8 model (run option `quantization="int8"`) is written as the float weights it stands for
     (`int8 * scale`), so any tool reads the result.
 
     Returns:
@@ -351,7 +360,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     """
     config = model.config
     out = Path(path)
-    dtype = dtype or config.param_dtype
+    dtype = dtype or model.options.param_dtype
     np_dtype = _NP_DTYPES[dtype]
     table = tensor_table(config)
     params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
@@ -381,7 +390,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     for fname, shard in zip(names, shards):
         parts: dict[str, list[np.ndarray]] = {}  # a fused tensor's parts, in row order
         for t in shard:
-            path, index = param_location(t, config)
+            path, index = param_location(t, model.options.scan_layers)
             value = _sliced(params[path].get_value(), index)
             scale_at = quantize.scale_path(path)
             if scale_at in params:  # an int8 kernel is written as the float kernel it stands for
@@ -401,7 +410,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
                 {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
         elif (out / INDEX_FILE).exists():
             (out / INDEX_FILE).unlink()
-        (out / "config.json").write_text(json.dumps(config_to_hf(config.replace(param_dtype=dtype)), indent=2))
+        (out / "config.json").write_text(json.dumps(config_to_hf(config, dtype), indent=2))
         if copy_files_from is not None:
             src = Path(copy_files_from)
             for f in [src / n for n in SIDE_FILES] + sorted(src.glob("*.py")):

@@ -16,12 +16,13 @@ def tensor_table(config: ModelConfig) -> list[TensorMapping]:
     return family_of(config).tensor_table(config)
 
 
-def param_location(mapping: TensorMapping, config: ModelConfig) -> tuple[tuple, tuple[int, ...]]:
+def param_location(mapping: TensorMapping, scan_layers: bool) -> tuple[tuple, tuple[int, ...]]:
     """`(parameter path, index)` of a tensor: the tensor is slice `index` of the parameter's leading
-    axes, `()` for a whole parameter. With `scan_layers` a layer's tensor is slice `(layer,)` of one
-    stacked parameter (path without the layer); a routed expert's tensor adds `(expert,)`."""
+    axes, `()` for a whole parameter. With `scan_layers` (the model's run option) a layer's tensor
+    is slice `(layer,)` of one stacked parameter (path without the layer); a routed expert's tensor
+    adds `(expert,)`."""
     path, index = mapping.path, ()
-    if config.scan_layers and path[0] == "layers":
+    if scan_layers and path[0] == "layers":
         path, index = ("layers",) + path[2:], (path[1],)
     if mapping.expert is not None:
         index += (mapping.expert,)

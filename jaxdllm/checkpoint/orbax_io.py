@@ -13,18 +13,21 @@ from jax.sharding import Mesh, SingleDeviceSharding
 from jaxdllm import sharding as shd
 from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions, split_options
 from jaxdllm.models.transformer import Transformer
 
 CONFIG_FILE = "jaxdllm_config.json"
 STATE_DIR = "state"
+OPTIONS_KEY = "run_options"
 
 
 def save_state(model: Transformer, path: str | Path) -> Path:
-    """Write `path/jaxdllm_config.json` and the parameters under `path/state` with orbax."""
+    """Write `path/jaxdllm_config.json` (the config and, under `run_options`, how the model runs) and
+    the parameters under `path/state` with orbax."""
     out = Path(path).absolute()
     if jax.process_index() == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2))
+        (out / CONFIG_FILE).write_text(json.dumps({**model.config.to_dict(), OPTIONS_KEY: model.options.to_dict()}, indent=2))
     state = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(out / STATE_DIR, state, force=True)
@@ -36,8 +39,11 @@ def load_state(path: str | Path, *, mesh: Mesh | None = None, rules=shd.DEFAULT_
     src = Path(path).absolute()
     if not (src / CONFIG_FILE).is_file() or not (src / STATE_DIR).is_dir():
         raise CheckpointError(f"{src} is not a jaxdllm orbax checkpoint (needs {CONFIG_FILE} and {STATE_DIR}/)")
-    config = ModelConfig.from_dict(json.loads((src / CONFIG_FILE).read_text()))
-    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    saved = json.loads((src / CONFIG_FILE).read_text())
+    options = saved.pop(OPTIONS_KEY, {})
+    fields, older_options = split_options(saved)  # files written before the split kept options beside the config
+    config, options = ModelConfig.from_dict(fields), RunOptions(**{**older_options, **options})
+    abstract = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     if mesh is None:
         shardings = jax.tree.map(lambda _: SingleDeviceSharding(jax.devices()[0]), state)

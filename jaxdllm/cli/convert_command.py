@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxdllm.models.config import DTYPES
+from jaxdllm.models.run_options import DTYPES
 from jaxdllm.output_paths import check_output_dir
 
 NAME = "convert"
@@ -35,5 +35,5 @@ def run(args) -> int:
         out = save_state(model, args.dst)
     else:
         out = save_pretrained(model, args.dst, max_shard_size=args.max_shard_size, copy_files_from=args.src)
-    print(f"wrote {out} ({model.config.num_params:,} parameters, {model.config.param_dtype})")
+    print(f"wrote {out} ({model.config.num_params:,} parameters, {model.options.param_dtype})")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxdllm.cli.common import _parse_value, model_dir, parse_sets, warn_cache_notes
-from jaxdllm.models.config import QUANTIZATIONS
+from jaxdllm.models.run_options import QUANTIZATIONS
 from jaxdllm.output_paths import check_output_dir
 
 NAME = "eval"

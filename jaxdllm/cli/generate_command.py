@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from jaxdllm.cli.common import model_dir, parse_sets, warn_cache_notes
-from jaxdllm.models.config import QUANTIZATIONS
+from jaxdllm.models.run_options import QUANTIZATIONS
 
 NAME = "generate"
 COMPILES = True

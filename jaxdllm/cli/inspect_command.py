@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jaxdllm.models.config import WEIGHT_FORMATS
+from jaxdllm.models.run_options import WEIGHT_FORMATS
 
 NAME = "inspect"
 COMPILES = False
@@ -34,9 +34,16 @@ def run(args) -> int:
     from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
     from jaxdllm.checkpoint.hf_io import verify_checkpoint
 
+    from jaxdllm.models.families.config_json import checkpoint_dtype
+    from jaxdllm.models.run_options import RunOptions
+
     directory = Path(args.path)
-    config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    raw = read_config_json(directory)
+    config = config_from_hf(raw, where=str(directory / "config.json"))
+    stored = checkpoint_dtype(raw)
+    # What the model is, then how `from_pretrained` runs it by default (the weights' stored dtype).
     summary = {k: v for k, v in config.to_dict().items() if v is not None}
+    summary["run_options"] = RunOptions(param_dtype=stored, dtype=stored).to_dict()
     summary["num_params"] = config.num_params
     if config.num_experts:
         summary["active_params"] = config.active_params
@@ -52,17 +59,18 @@ def run(args) -> int:
 
         model = from_pretrained(directory)
         logits = model(jnp.zeros((1, 4), jnp.int32))
+        summary["run_options"] = model.options.to_dict()
         summary["loaded"] = True
         summary["logits_finite"] = bool(jnp.isfinite(logits).all())
     if args.plan:
-        summary["memory_plan"] = memory_plans(config, args)
+        summary["memory_plan"] = memory_plans(config, args, default_dtype=stored)
     print(json.dumps(summary, indent=2))
     return 0
 
 
-def memory_plans(config, args) -> dict:
+def memory_plans(config, args, default_dtype: str) -> dict:
     """`inspect --plan`: per-device bytes of sampling on each named runtime
-    (`jaxdllm.memory_plan.runtime_plans`)."""
+    (`jaxdllm.memory_plan.runtime_plans`), with the weights in `--plan-dtype` or `default_dtype`."""
     from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
     from jaxdllm.memory_plan import RUNTIMES, runtime_plans
@@ -72,4 +80,4 @@ def memory_plans(config, args) -> dict:
     if unknown:
         raise ConfigError(f"--plan: unknown runtime(s) {unknown}; known: {list(RUNTIMES)} or all")
     return runtime_plans(config, SamplerConfig.preset(args.plan_preset), names, batch=args.plan_batch,
-                         prompt_len=args.plan_prompt, dtype=args.plan_dtype)
+                         prompt_len=args.plan_prompt, dtype=args.plan_dtype or default_dtype)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxdllm.cli.common import recipe
-from jaxdllm.models.config import DTYPES
+from jaxdllm.models.run_options import DTYPES
 from jaxdllm.output_paths import check_output_dir
 
 NAME = "train"

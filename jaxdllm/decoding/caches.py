@@ -126,7 +126,7 @@ class _Refreshed(Cache):
         return lay.total
 
     def init(self, model, canvas, view, lay, config):
-        return KVCache.init(model.config, canvas.shape[0], self.slots(lay, config))
+        return model.init_cache(canvas.shape[0], self.slots(lay, config))
 
     def forward(self, model, state, view, lay, config, span):
         def full(cache):
@@ -229,7 +229,7 @@ class BlockCache(Cache):
     def init(self, model, canvas, view, lay, config):
         """The prompt's K/V, once (not a decoding step: not in `nfe`)."""
         Lp = lay.prompt_len
-        cache = KVCache.init(model.config, canvas.shape[0], lay.total)
+        cache = model.init_cache(canvas.shape[0], lay.total)
         if Lp:
             cache = model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
                           logits_slice=(Lp - 1, 1))[1]

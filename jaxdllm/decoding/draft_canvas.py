@@ -55,7 +55,7 @@ class DraftCanvas:
                                                   config.block_length, key)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
-        cache = KVCache.init(model.config, b, self.cache_slots(config, lay))
+        cache = model.init_cache(b, self.cache_slots(config, lay))
         cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
                       logits_slice=(lay.prompt_len - 1, 1))[1]
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,

@@ -180,9 +180,8 @@ class Sampler:
 
     def __init__(self, model, rules=shd.DEFAULT_RULES):
         self.model_config = model.config
-        if getattr(model, "remat", "none") != "none":  # remat only costs time when nothing is differentiated
-            model = nnx.merge(*nnx.split(model))  # a view over the same arrays; the caller's model is untouched
-            model.remat = "none"
+        if model.options.remat != "none":  # remat only costs time when nothing is differentiated
+            model = model.with_options(remat="none")  # a view over the same arrays; the caller's model is untouched
         self._graphdef, self._params = nnx.split(model)
         self._rules = rules
         self._static_rules = shd.frozen_rules(rules)  # the loop's static argument

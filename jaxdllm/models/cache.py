@@ -39,11 +39,12 @@ class KVCache:
     segment_ids: jax.Array
 
     @classmethod
-    def init(cls, config: ModelConfig, batch_size: int, max_length: int, dtype=None) -> "KVCache":
-        """An empty cache of `max_length` slots per row, in `dtype` (default: compute dtype)."""
-        dtype = config.jnp_dtype if dtype is None else dtype
+    def init(cls, config: ModelConfig, batch_size: int, max_length: int, dtype=jnp.float32,
+             stacked: bool = False) -> "KVCache":
+        """An empty cache of `max_length` slots per row, in `dtype`; `stacked`: one array per K and V
+        (a `scan_layers` model). `Transformer.init_cache` fills both in from the model's options."""
         shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
-        if config.scan_layers:
+        if stacked:
             zeros = jnp.zeros((config.num_layers, *shape), dtype)
         else:
             zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))

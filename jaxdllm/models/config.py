@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Mapping
 
-import jax.numpy as jnp
-
 from jaxdllm.errors import ConfigError
 from jaxdllm.validation import check_fields, require_positive_int
 
@@ -21,11 +19,7 @@ ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
 # Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names
 # (each family's `tensor_table` in jaxdllm.models.families).
 CHECKPOINT_FORMATS = ("llada", "hf", "llada2")  # llada2: LLaDA2's fused qkv and per-expert names
-DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALING_TYPES = ("llama3", "linear")
-REMAT_POLICIES = ("none", "full", "dots")
-QUANTIZATIONS = ("int8",)  # weight-only; see jaxdllm/models/quantize.py
-WEIGHT_FORMATS = DTYPES + QUANTIZATIONS  # how a memory plan or a decoding setup stores the weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +51,10 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Shape, numerics and special tokens of a jaxdllm `Transformer`.
+    """What a jaxdllm `Transformer` is: shape, numerics and special tokens.
+
+    How it runs (parameter and compute dtypes, attention backend, scanned layers, remat, int8
+    weights) is not part of it: see `jaxdllm.models.run_options.RunOptions`.
 
     Attributes:
       vocab_size: rows of the embedding table (LLaDA: `embedding_size`).
@@ -75,21 +72,9 @@ class ModelConfig:
       rope_theta, rope_scaling: rotary embedding base and optional frequency scaling.
       norm_eps: RMSNorm epsilon.
       max_position: longest sequence (prompt + generation) the model supports.
-      param_dtype: storage dtype of parameters; dtype: compute dtype of matmuls.
-        Norms, RoPE and softmax always run in float32.
       mask_token_id, eos_token_id, eot_token_id, pad_token_id, bos_token_id: special ids.
       checkpoint_format: `llada`, `hf` (Qwen2/Llama tensor names) or `llada2`.
       model_type: the `model_type` written to config.json on export.
-      attention_impl: attention implementation, one of `jaxdllm.attention.implementations()`.
-      scan_layers: store the layers' parameters stacked along a leading `layers` axis and run them
-        with one `jax.lax.scan` (one compiled layer instead of `num_layers`: faster compiles at
-        depth). Checkpoints import and export the same either way.
-      quantization: `None` (float weights) or `"int8"`: weight-only int8 for every linear layer and
-        the LM head, one scale per output channel (`jaxdllm.models.quantize`). For decoding:
-        `from_pretrained(path, quantization="int8")` quantizes each tensor as it loads.
-      remat: rematerialise activations in the backward pass, per layer: `none`, `full` (keep only
-        each layer's input) or `dots` (keep matmul outputs without batch dims,
-        `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`).
       qk_norm: RMSNorm over head_dim on q and k before RoPE (LLaDA2's `query_layernorm` /
         `key_layernorm`).
       rotary_fraction: RoPE rotates the first `head_dim * rotary_fraction` dims of each head; the
@@ -127,8 +112,6 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None
     norm_eps: float = 1e-6
     max_position: int = 4096
-    param_dtype: str = "float32"
-    dtype: str = "float32"
     mask_token_id: int | None = None
     eos_token_id: int | None = None
     eot_token_id: int | None = None
@@ -136,10 +119,6 @@ class ModelConfig:
     bos_token_id: int | None = None
     checkpoint_format: str = "hf"
     model_type: str = "llama"
-    attention_impl: str = "auto"
-    scan_layers: bool = False
-    remat: str = "none"
-    quantization: str | None = None
     qk_norm: bool = False
     rotary_fraction: float = 1.0
     num_experts: int = 0
@@ -170,9 +149,6 @@ class ModelConfig:
                 raise ConfigError("attention='block_causal' needs a positive block_size")
         elif self.block_size is not None and self.block_size <= 0:
             raise ConfigError(f"block_size must be positive, got {self.block_size}")
-        for name in ("param_dtype", "dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise ConfigError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.checkpoint_format not in CHECKPOINT_FORMATS:
             raise ConfigError(
                 f"checkpoint_format must be one of {CHECKPOINT_FORMATS}, got {self.checkpoint_format!r}")
@@ -182,21 +158,12 @@ class ModelConfig:
             tid = getattr(self, name)
             if tid is not None and not 0 <= tid < self.vocab_size:
                 raise ConfigError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise ConfigError(f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}")
         rope_dim = int(self.head_dim * self.rotary_fraction)
         if not 0 < self.rotary_fraction <= 1 or rope_dim % 2 or rope_dim == 0:
             raise ConfigError(f"rotary_fraction must be in (0, 1] and give an even number of rotated dims; "
                               f"head_dim {self.head_dim} x {self.rotary_fraction} = {self.head_dim * self.rotary_fraction}")
         if self.num_experts:
             self._check_experts()
-        if self.remat not in REMAT_POLICIES:
-            raise ConfigError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
-        from jaxdllm.attention import implementations  # local: attention imports nothing from models
-
-        if self.attention_impl not in implementations():
-            raise ConfigError(
-                f"attention_impl must be one of {implementations()}, got {self.attention_impl!r}")
 
     def _check_experts(self) -> None:
         for name in ("num_experts", "experts_per_token", "expert_dim", "expert_groups", "top_groups"):
@@ -219,9 +186,6 @@ class ModelConfig:
             raise ConfigError(f"num_shared_experts must be >= 0, got {self.num_shared_experts}")
         if self.routed_scaling <= 0:
             raise ConfigError(f"routed_scaling must be > 0, got {self.routed_scaling}")
-        if self.scan_layers and 0 < self.first_dense_layers < self.num_layers:
-            raise ConfigError("scan_layers needs identical layers, but this MoE model mixes "
-                              f"{self.first_dense_layers} dense layer(s) with MoE layers; set scan_layers=False")
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -238,12 +202,9 @@ class ModelConfig:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     @property
-    def jnp_param_dtype(self):
-        return jnp.dtype(self.param_dtype)
-
-    @property
-    def jnp_dtype(self):
-        return jnp.dtype(self.dtype)
+    def identical_layers(self) -> bool:
+        """Whether every layer has the same parameters' shapes (what `scan_layers` needs)."""
+        return self.num_moe_layers in (0, self.num_layers)
 
     @property
     def num_params(self) -> int:
@@ -304,7 +265,7 @@ class ModelConfig:
 # Fields the checkpoint itself determines; overriding them would mis-read its tensors.
 CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "param_dtype", "source_config", "qk_norm", "rotary_fraction",
+                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction",
                       "num_experts", "experts_per_token", "expert_dim", "num_shared_experts", "expert_groups",
                       "top_groups", "first_dense_layers", "routed_scaling"}
 

@@ -17,8 +17,15 @@ from flax import nnx
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.models import quantize
 from jaxdllm.models.config import ModelConfig, RopeScaling
+from jaxdllm.models.run_options import RunOptions
 
 _init = nnx.initializers.normal(stddev=0.02)
+
+
+def einsum_options(options: RunOptions, rngs: nnx.Rngs) -> dict:
+    """The keyword arguments every `Einsum` of a model built with `options` takes."""
+    return dict(dtype=options.jnp_dtype, param_dtype=options.jnp_param_dtype, quantization=options.quantization,
+                rngs=rngs)
 
 
 class Einsum(nnx.Module):
@@ -128,9 +135,9 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.
 class Attention(nnx.Module):
     """Grouped-query self-attention with RoPE; optional biases; an optional K/V cache slot."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
         c = config
-        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, quantization=c.quantization, rngs=rngs)
+        kw = einsum_options(options, rngs)
         d, h, kv, hd = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim
         qkv_bias = lambda heads, axis: dict(bias_shape=(heads, hd), bias_axes=(axis, "head_dim")) if c.qkv_bias else {}
         self.q = Einsum("bld,dhk->blhk", (d, h, hd), ("embed", "heads", "head_dim"), **qkv_bias(h, "heads"), **kw)
@@ -139,9 +146,9 @@ class Attention(nnx.Module):
         out_bias = dict(bias_shape=(d,), bias_axes=("embed",)) if c.out_bias else {}
         self.o = Einsum("blhk,hkd->bld", (h, hd, d), ("heads", "head_dim", "embed"), **out_bias, **kw)
         # LLaDA2: RMSNorm over head_dim on q and k, before RoPE.
-        self.q_norm = RMSNorm(hd, c.norm_eps, param_dtype=c.jnp_param_dtype) if c.qk_norm else None
-        self.k_norm = RMSNorm(hd, c.norm_eps, param_dtype=c.jnp_param_dtype) if c.qk_norm else None
-        self.attention_impl = c.attention_impl  # a call-time override: model.set_attributes(attention_impl=...)
+        self.q_norm = RMSNorm(hd, c.norm_eps, param_dtype=options.jnp_param_dtype) if c.qk_norm else None
+        self.k_norm = RMSNorm(hd, c.norm_eps, param_dtype=options.jnp_param_dtype) if c.qk_norm else None
+        self.attention_impl = options.attention_impl  # kept in step with the model's options (`with_options`)
 
     def __call__(self, x: jax.Array, positions: jax.Array, mask: MaskSpec, inv_freq: np.ndarray,
                  kv_cache: tuple[jax.Array, jax.Array] | None = None):
@@ -169,10 +176,10 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     """SwiGLU: `down(silu(gate(x)) * up(x))`, of width `width` (default `config.mlp_dim`)."""
 
-    def __init__(self, config: ModelConfig, *, width: int | None = None, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, options: RunOptions, *, width: int | None = None, rngs: nnx.Rngs):
         c = config
         m = c.mlp_dim if width is None else width
-        kw = dict(dtype=c.jnp_dtype, param_dtype=c.jnp_param_dtype, quantization=c.quantization, rngs=rngs)
+        kw = einsum_options(options, rngs)
         bias = lambda n, axis: dict(bias_shape=(n,), bias_axes=(axis,)) if c.mlp_bias else {}
         self.gate = Einsum("bld,dm->blm", (c.embed_dim, m), ("embed", "mlp"), **bias(m, "mlp"), **kw)
         self.up = Einsum("bld,dm->blm", (c.embed_dim, m), ("embed", "mlp"), **bias(m, "mlp"), **kw)

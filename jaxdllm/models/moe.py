@@ -24,17 +24,18 @@ from flax import nnx
 from jaxdllm.models import quantize
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.layers import MLP, _init
+from jaxdllm.models.run_options import RunOptions
 
 
 class ExpertKernel(nnx.Module):
     """One projection of every routed expert: `kernel [E, in, out]` (logical `expert, ...`), int8
     with one scale per expert and output channel (`kernel_scale [E, 1, out]`) when quantized."""
 
-    def __init__(self, shape: tuple[int, int, int], axes: tuple[str | None, ...], *, config: ModelConfig,
+    def __init__(self, shape: tuple[int, int, int], axes: tuple[str | None, ...], *, options: RunOptions,
                  rngs: nnx.Rngs):
-        kernel = _init(rngs.params(), shape, config.jnp_param_dtype)
+        kernel = _init(rngs.params(), shape, options.jnp_param_dtype)
         self.kernel_scale = nnx.data(None)
-        if config.quantization == "int8":
+        if options.quantization == "int8":
             kernel, scale = quantize.quantize_kernel(kernel, (shape[0], 1, shape[2]))
             self.kernel_scale = nnx.Param(scale, logical_axes=(axes[0], None, axes[2]))
         self.kernel = nnx.Param(kernel, logical_axes=axes)
@@ -77,23 +78,25 @@ class MoE(nnx.Module):
     """Routed SwiGLU experts plus shared experts: `x [B, L, D] -> ([B, L, D], load [E])`, where
     `load` counts the (token, expert) assignments of each expert in this call."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
         c = self.config = config
+        self.dtype = options.jnp_dtype  # kept in step with the model's options (`with_options`)
         d, e, m = c.embed_dim, c.num_experts, c.expert_dim
-        self.router = nnx.Param(_init(rngs.params(), (d, e), c.jnp_param_dtype), logical_axes=("embed", None))
+        self.router = nnx.Param(_init(rngs.params(), (d, e), options.jnp_param_dtype), logical_axes=("embed", None))
         self.expert_bias = nnx.Param(jnp.zeros((e,), jnp.float32), logical_axes=(None,))
-        self.gate = ExpertKernel((e, d, m), ("expert", None, "mlp"), config=c, rngs=rngs)
-        self.up = ExpertKernel((e, d, m), ("expert", None, "mlp"), config=c, rngs=rngs)
-        self.down = ExpertKernel((e, m, d), ("expert", "mlp", None), config=c, rngs=rngs)
-        self.shared = (MLP(c, width=m * c.num_shared_experts, rngs=rngs) if c.num_shared_experts else None)
+        self.gate = ExpertKernel((e, d, m), ("expert", None, "mlp"), options=options, rngs=rngs)
+        self.up = ExpertKernel((e, d, m), ("expert", None, "mlp"), options=options, rngs=rngs)
+        self.down = ExpertKernel((e, m, d), ("expert", "mlp", None), options=options, rngs=rngs)
+        self.shared = (MLP(c, options, width=m * c.num_shared_experts, rngs=rngs) if c.num_shared_experts else None)
 
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         c = self.config
         b, l, d = x.shape
         flat = x.reshape(b * l, d)
         experts, weights = route(flat, self.router[...], self.expert_bias[...], c)
-        routed, load = grouped_swiglu(flat.astype(c.jnp_dtype), experts, weights, self.gate.value(c.jnp_dtype),
-                                      self.up.value(c.jnp_dtype), self.down.value(c.jnp_dtype))
+        dt = self.dtype
+        routed, load = grouped_swiglu(flat.astype(dt), experts, weights, self.gate.value(dt),
+                                      self.up.value(dt), self.down.value(dt))
         y = routed.reshape(b, l, d).astype(x.dtype)
         if self.shared is not None:
             y = y + self.shared(x)

@@ -87,10 +87,10 @@ def quantize_weights(model):
     """
     from flax import nnx
 
-    if model.config.quantization is not None:
+    if model.options.quantization is not None:
         return model
-    config = model.config.replace(quantization="int8")
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: type(model)(config, rngs=nnx.Rngs(0))))
+    options = model.options.replace(quantization="int8")
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: type(model)(model.config, options, rngs=nnx.Rngs(0))))
     target = dict(nnx.to_flat_state(state))
     source = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     for path, var in target.items():

@@ -1,9 +1,10 @@
 """The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama and block diffusion.
 
 Which model it is lives entirely in `ModelConfig` (attention mode, biases, tied embeddings,
-token shift, special ids). How it runs is there too: `scan_layers` stacks the layers' parameters
-along a leading `layers` axis and runs them with one `jax.lax.scan` (one layer to compile), and
-`remat` rematerialises each layer's activations in the backward pass.
+token shift, special ids). How it runs lives in `RunOptions`, held once as `model.options`:
+dtypes, the attention backend, `scan_layers` (the layers' parameters stacked along a leading
+`layers` axis, run with one `jax.lax.scan`: one layer to compile), `remat` (each layer's
+activations rematerialised in the backward pass) and int8 weights.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.attention import MaskSpec
+from jaxdllm.errors import ConfigError
 from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.block import Block
-from jaxdllm.models.layers import RMSNorm, _init, rope_inv_freq
+from jaxdllm.models.layers import Attention, Einsum, RMSNorm, _init, rope_inv_freq
+from jaxdllm.models.moe import MoE
+from jaxdllm.models.run_options import LAYOUT_OPTIONS, RunOptions
 
 _REMAT = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
@@ -38,23 +42,57 @@ def stack_layers(blocks: list[Block]) -> Block:
 class Transformer(nnx.Module):
     """Decoder-only transformer; `model(input_ids)` runs the config's default attention."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, options: RunOptions | None = None, *, rngs: nnx.Rngs):
+        """`config`: what the model is; `options`: how it runs (default `RunOptions()`: float32,
+        automatic attention backend, unrolled layers, no remat, float weights)."""
+        options = RunOptions() if options is None else options
+        if options.scan_layers and not config.identical_layers:
+            raise ConfigError(f"scan_layers needs identical layers, but this MoE model mixes "
+                              f"{config.first_dense_layers} dense layer(s) with MoE layers; set scan_layers=False")
         self.config = config
-        pd = config.jnp_param_dtype
+        self.options = options
+        pd = options.jnp_param_dtype
         self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
                                logical_axes=("vocab", "embed"))
-        blocks = [Block(config, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
-        self.layers = stack_layers(blocks) if config.scan_layers else nnx.List(blocks)
+        blocks = [Block(config, options, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
+        self.layers = stack_layers(blocks) if options.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
-        self.remat = config.remat  # a call-time override: decoding never differentiates, so it sets "none"
         self.lm_head = nnx.data(None)  # tied embeddings: the embedding table's transpose
         self.lm_head_scale = nnx.data(None)  # int8: per-vocabulary-entry scales
         if not config.tie_embeddings:
             head = _init(rngs.params(), (config.embed_dim, config.vocab_size), pd)
-            if config.quantization == "int8":
+            if options.quantization == "int8":
                 head, scale = quantize.quantize_kernel(head, (1, config.vocab_size))
                 self.lm_head_scale = nnx.Param(scale, logical_axes=(None, "vocab"))
             self.lm_head = nnx.Param(head, logical_axes=("embed", "vocab"))
+
+    def with_options(self, **changes) -> "Transformer":
+        """A view of this model (the same parameter arrays) that runs with `options` changed.
+
+        Only what does not change the parameters' layout may change here (`dtype`,
+        `attention_impl`, `remat`); a different `param_dtype`, `scan_layers` or `quantization` is a
+        different set of parameters: load the checkpoint with it (`from_pretrained(...)`), or use
+        `jaxdllm.models.quantize.quantize_weights`.
+        """
+        fixed = sorted(set(changes) & set(LAYOUT_OPTIONS))
+        if fixed:
+            raise ConfigError(f"with_options cannot change {fixed}: they fix the parameters' layout; load the "
+                              "checkpoint with them instead")
+        options = self.options.replace(**changes)
+        view = nnx.merge(*nnx.split(self))
+        for _, module in view.iter_modules():
+            if isinstance(module, Einsum | MoE):
+                module.dtype = options.jnp_dtype
+            if isinstance(module, Attention):
+                module.attention_impl = options.attention_impl
+        view.options = options
+        return view
+
+    def init_cache(self, batch_size: int, max_length: int, dtype=None) -> KVCache:
+        """An empty `KVCache` for this model: `max_length` slots per row, per layer (one stacked
+        array with `scan_layers`), in `dtype` (default: the compute dtype)."""
+        return KVCache.init(self.config, batch_size, max_length, self.options.jnp_dtype if dtype is None else dtype,
+                            stacked=self.options.scan_layers)
 
     def default_mask(self) -> MaskSpec:
         """The config's attention mode over the whole input, no padding."""
@@ -129,10 +167,11 @@ class Transformer(nnx.Module):
             mask = mask.replace(q_segment_ids=q_seg, kv_segment_ids=kv_seg)
         inv_freq = rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling)
 
-        x = jnp.take(self.embed[...], input_ids, axis=0).astype(c.jnp_dtype)
+        dtype = self.options.jnp_dtype
+        x = jnp.take(self.embed[...], input_ids, axis=0).astype(dtype)
         x = shd.constrain(x, ("batch", "length", "embed"))
         kv = None if cache is None else (cache.k, cache.v)
-        if c.scan_layers:
+        if self.options.scan_layers:
             x, kv, loads = self._scan_layers(x, positions, mask, inv_freq, kv)
         else:
             x, kv, loads = self._unrolled_layers(x, positions, mask, inv_freq, kv)
@@ -140,9 +179,9 @@ class Transformer(nnx.Module):
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
         if self.lm_head_scale is not None:
-            head = quantize.dequantize(self.lm_head[...], self.lm_head_scale[...], c.jnp_dtype)
+            head = quantize.dequantize(self.lm_head[...], self.lm_head_scale[...], dtype)
         else:
-            head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(c.jnp_dtype)
+            head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(dtype)
         logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
         if cache is None:
@@ -150,14 +189,15 @@ class Transformer(nnx.Module):
         return (logits, KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)), loads
 
     def _layer_fn(self, graphdef, positions, mask, inv_freq):
-        """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `config.remat`."""
+        """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `options.remat`."""
         def run(params, x, slot):
             x, slot, load = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
             return shd.constrain(x, ("batch", "length", "embed")), slot, load
 
-        if self.remat == "none":
+        remat = self.options.remat
+        if remat == "none":
             return run
-        return jax.checkpoint(run, policy=_REMAT[self.remat], prevent_cse=not self.config.scan_layers)
+        return jax.checkpoint(run, policy=_REMAT[remat], prevent_cse=not self.options.scan_layers)
 
     def _unrolled_layers(self, x, positions, mask, inv_freq, kv):
         new_k, new_v, loads = [], [], []

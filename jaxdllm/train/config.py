@@ -27,7 +27,8 @@ from typing import Any
 
 from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import CHECKPOINT_FIELDS, DTYPES, PRESETS, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ModelConfig
+from jaxdllm.models.run_options import DTYPES, RunOptions, split_options
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
 from jaxdllm.train.data_sources import data_source
@@ -62,8 +63,19 @@ class ModelSection:
         _check(self.preset is None or self.preset in PRESETS,
                f"[model] preset {self.preset!r} is unknown; known presets: {sorted(PRESETS)}")
         # A checkpoint fixes its own shapes; a preset takes any field (vocab and ids come from the tokenizer).
-        fixed = CHECKPOINT_FIELDS - {"param_dtype"} if self.init_from else {"source_config"}
-        check_overrides(ModelConfig, self.overrides, "[model]", exclude=tuple(fixed))
+        # Keys that say how the model runs (`RunOptions`) go with either.
+        fields, options = split_options(self.overrides)
+        fixed = CHECKPOINT_FIELDS if self.init_from else {"source_config"}
+        try:
+            check_overrides(ModelConfig, fields, "[model]", exclude=tuple(fixed))
+        except ConfigError as e:
+            raise ConfigError(f"{e}; or a run option: {list(RunOptions.fields())}") from None
+        check_overrides(RunOptions, options, "[model]")
+
+    @property
+    def config_overrides(self) -> dict:
+        """The overrides that change the `ModelConfig` (what the model is)."""
+        return split_options(self.overrides)[0]
 
 
 
@@ -344,6 +356,12 @@ class TrainConfig:
                                                         "\"trajectories\"" if on_trajectories else
                                                         "does not train on trajectories: [data] source = "
                                                         "\"trajectories\" needs kind = \"jacobi_forcing\" or \"cllm\""))
+
+    def run_options(self) -> RunOptions:
+        """How the trained model runs: float32 master weights (AdamW steps of lr ~1e-5 vanish in bf16
+        weights) and `[train] compute_dtype` matmuls, unless `[model]` names run options itself."""
+        options = split_options(self.model.overrides)[1]
+        return RunOptions(**{"param_dtype": "float32", "dtype": self.train.compute_dtype, **options})
 
     @property
     def teacher_answers(self) -> str | None:

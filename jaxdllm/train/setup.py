@@ -58,12 +58,11 @@ def load_tokenizer(config: TrainConfig) -> Tokenizer:
 
 
 def build_model_config(config: TrainConfig, tokenizer: Tokenizer) -> ModelConfig:
-    """`preset` + the tokenizer's vocabulary and special ids + overrides + compute dtype."""
+    """`preset` + the tokenizer's vocabulary and special ids + the recipe's config overrides (how
+    the model runs is `config.run_options()`)."""
     if config.model.init_from:
         raise ConfigError("build_model_config is for presets; init_from models carry their config")
-    overrides = dict(config.model.overrides)
-    overrides.setdefault("dtype", config.train.compute_dtype)
-    overrides.setdefault("param_dtype", "float32")
+    overrides = config.model.config_overrides
     ids = special_token_ids(tokenizer)
     return ModelConfig.preset(config.model.preset, vocab_size=tokenizer.vocab_size, **{**ids, **overrides})
 
@@ -74,13 +73,10 @@ def init_model(config: TrainConfig, tokenizer: Tokenizer, mesh: Mesh) -> Transfo
     if c.model.init_from:
         from jaxdllm.checkpoint import from_pretrained, load_state
         src = checkpoint_dir(c.model.init_from)  # a folder, or a shipped checkpoint's name
-        overrides = dict(c.model.overrides)
         if (src / "jaxdllm_config.json").is_file():
             return load_state(src, mesh=mesh)
-        # float32 master weights: AdamW steps of lr ~1e-5 vanish in bf16 weights.
-        dtype = overrides.pop("param_dtype", "float32")
-        return from_pretrained(src, dtype=dtype, compute_dtype=c.train.compute_dtype, mesh=mesh, **overrides)
-    model = Transformer(build_model_config(c, tokenizer), rngs=nnx.Rngs(c.train.seed))
+        return from_pretrained(src, options=c.run_options(), mesh=mesh, **c.model.config_overrides)
+    model = Transformer(build_model_config(c, tokenizer), c.run_options(), rngs=nnx.Rngs(c.train.seed))
     return shd.shard_model(model, mesh)
 
 

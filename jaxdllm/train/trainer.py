@@ -27,6 +27,7 @@ from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError, TrainingInterrupted
 from jaxdllm.interrupts import deferred_signals
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.train import setup
@@ -38,7 +39,8 @@ from jaxdllm.train.step import make_train_step
 from jaxdllm.train.workdir_lock import WorkdirLock
 from jaxdllm.validation import require_positive_int
 
-# The model fields a checkpoint must share with the recipe to be resumed.
+# The model fields (and the run option that lays out the parameters) a checkpoint must share with
+# the recipe to be resumed.
 _SAME_MODEL_FIELDS = ("vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
                       "scan_layers")
 
@@ -81,7 +83,7 @@ class Trainer:
         self.tokenizer = setup.load_tokenizer(config)
         with jax.set_mesh(self.mesh):
             model = setup.init_model(config, self.tokenizer, self.mesh)
-            self.model_config = model.config
+            self.model_config, self.run_options = model.config, model.options
             self.split = setup.split_for_training(model, config.lora, self.mesh, seed=config.train.seed)
             self.trainable, self.frozen = self.split.trainable, self.split.frozen
             del model
@@ -227,7 +229,8 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
     def _meta(self) -> dict:
         return {"step": self.step, "data_state": self.batches.get_state(), "pending_metrics": self._pending,
-                "model_config": self.model_config.to_dict(), "lora": self.config.lora.rank,
+                "model_config": self.model_config.to_dict(), "run_options": self.run_options.to_dict(),
+                "lora": self.config.lora.rank,
                 "lora_targets": sorted(self.config.lora.targets) if self.config.lora.enabled else []}
 
     def save(self) -> None:
@@ -267,9 +270,10 @@ class Trainer:
             Path(path).write_text("".join(line + "\n" for line in kept))
 
     def _check_same_model(self, meta: dict) -> None:
-        saved = meta.get("model_config", {})
-        ours = self.model_config.to_dict()
-        defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}  # fields older checkpoints lack
+        # Older checkpoints kept the run options among the config's fields.
+        saved = {**meta.get("model_config", {}), **meta.get("run_options", {})}
+        ours = {**self.model_config.to_dict(), **self.run_options.to_dict()}
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) + dataclasses.fields(RunOptions)}
         saved = {k: saved.get(k, defaults.get(k)) for k in _SAME_MODEL_FIELDS}
         diff = {k: (saved[k], ours.get(k)) for k in _SAME_MODEL_FIELDS if saved[k] != ours.get(k)}
         if meta.get("lora") != self.config.lora.rank:

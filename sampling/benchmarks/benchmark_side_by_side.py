@@ -88,6 +88,7 @@ import jaxdllm
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.flops import forward_flops, matmul_params
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from sampling.benchmarks.benchmark_gpu_sampler import measured_bandwidth, random_model
 from sampling.benchmarks.report import torch_facts, write_report
 from sampling.benchmarks.timing import timed
@@ -123,10 +124,10 @@ def default_head_scale(config: ModelConfig) -> float:
     return TINY_HEAD_SCALE * logit_spread(ModelConfig.preset("tiny-llada")) / logit_spread(config)
 
 
-def write_checkpoint(config: ModelConfig, path: Path, head_scale: float) -> Path:
-    """Random weights (`random_model`, on the default device) with the LM head `[d, V]` times
+def write_checkpoint(config: ModelConfig, path: Path, head_scale: float, dtype: str = "float32") -> Path:
+    """Random `dtype` weights (`random_model`, on the default device) with the LM head `[d, V]` times
     `head_scale`, saved in LLaDA layout under `path` (config.json + safetensors)."""
-    model = random_model(config)
+    model = random_model(config, RunOptions(dtype, dtype))
     model.lm_head.set_value(model.lm_head[...] * head_scale)
     jaxdllm.save_pretrained(model, path)
     del model
@@ -267,7 +268,7 @@ def run_row(name: str, batch: int, ctx: dict, args) -> dict:
         t = timed(lambda: sampler(ids, cfg), repeats=args.reps)  # the first call, then the median of reps
     except Exception as e:  # an attention kernel that fails here: measure the sampler with XLA attention
         row["attention_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        ctx["model"].set_attributes(attention_impl="xla")
+        ctx["model"] = ctx["model"].with_options(attention_impl="xla")
         sampler = ctx["sampler"] = jaxdllm.Sampler(ctx["model"])
         t = timed(lambda: sampler(ids, cfg), repeats=args.reps)
     first, wall, res = t.first_s, t.median_s, t.out
@@ -367,21 +368,21 @@ def main(argv=None) -> int:
     on_gpu = platform == "gpu"
     if tiny:
         args.gen_length, args.prompt_len = min(args.gen_length, 64), min(args.prompt_len, 16)
-        config = ModelConfig.preset("tiny-llada", param_dtype="float32", dtype="float32")
+        config, dtype = ModelConfig.preset("tiny-llada"), "float32"
     else:
-        config = ModelConfig.preset("llada-8b")
+        config, dtype = ModelConfig.preset("llada-8b"), "bfloat16"  # the published checkpoint's dtype
     config = config.replace(max_position=max(config.max_position, args.prompt_len + args.gen_length))
     head_scale = args.head_scale if args.head_scale is not None else default_head_scale(config)
     out = Path(args.out or f"sampling/results/side_by_side_{'gpu' if on_gpu else 'cpu'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     torch_device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
-    torch_dtype = torch.float32 if config.param_dtype == "float32" else torch.bfloat16
+    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
 
     ctx = dict(config=config, compile_mode=args.compile_mode)
     with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
-        path = write_checkpoint(config, Path(tmp) / "llada", head_scale)
+        path = write_checkpoint(config, Path(tmp) / "llada", head_scale, dtype)
         overrides = {"attention_impl": args.attention_impl} if args.attention_impl else {}
-        model = jaxdllm.from_pretrained(path, dtype=config.param_dtype, **overrides)
+        model = jaxdllm.from_pretrained(path, dtype=dtype, **overrides)
         ctx.update(model=model, sampler=jaxdllm.Sampler(model))
         torch_model = TorchLLaDA.from_pretrained(path, dtype=torch_dtype, device=torch_device).eval()
     ctx["port"] = PortModel(torch_model, config.mask_token_id)
@@ -393,7 +394,7 @@ def main(argv=None) -> int:
 
     result = dict(
         torch_device=torch_device, **torch_facts(),
-        model="tiny-llada" if tiny else "llada-8b", dtype=config.param_dtype,
+        model="tiny-llada" if tiny else "llada-8b", dtype=dtype,
         dims=dict(vocab=config.vocab_size, d=config.embed_dim, layers=config.num_layers, heads=config.num_heads,
                   kv_heads=config.num_kv_heads, head_dim=config.head_dim, mlp=config.mlp_dim),
         params=config.num_params, non_embedding_params=matmul_params(config), weight_bytes=weight_bytes,

@@ -48,6 +48,7 @@ from jaxdllm.decoding.loop import decode
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.sampler import prepare
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
 from sampling.benchmarks.report import kind_slug, write_report
 from sampling.benchmarks.timing import timed
@@ -72,7 +73,7 @@ def build_model(size: str, head_scale: float | None) -> Transformer:
     from sampling.benchmarks.benchmark_side_by_side import default_head_scale
 
     if size == "8b":
-        model = random_model(ModelConfig.preset("llada-8b"))
+        model = random_model(ModelConfig.preset("llada-8b"), RunOptions("bfloat16", "bfloat16"))
     else:
         model = Transformer(ModelConfig.preset("tiny-llada", **SIZES[size]), rngs=nnx.Rngs(0))
     scale = default_head_scale(model.config) if head_scale is None else head_scale

@@ -24,7 +24,8 @@ def first_id(value) -> int | None:
 
 
 def checkpoint_dtype(raw: dict) -> str:
-    """The stored parameter dtype (`dtype` or `torch_dtype`; float32 when absent or unknown)."""
+    """The stored parameter dtype (`dtype` or `torch_dtype`; float32 when absent or unknown): the
+    default `param_dtype` of a model loaded from it (`RunOptions`)."""
     name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
     return _TORCH_DTYPES.get(str(name), "float32")
 
@@ -90,7 +91,6 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
     require_silu(raw, where)
     theta, scaling = read_rope(raw)
     heads = raw["num_attention_heads"]
-    dtype = checkpoint_dtype(raw)
     is_llama = model_type_of(raw) == "llama"
     attention_bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
@@ -103,7 +103,7 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
         mlp_bias=bool(raw.get("mlp_bias", False)) if is_llama else False,
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), shift_logits=shift_logits,
         rope_theta=theta, rope_scaling=scaling, norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        max_position=int(raw.get("max_position_embeddings", 4096)), param_dtype=dtype, dtype=dtype,
+        max_position=int(raw.get("max_position_embeddings", 4096)),
         mask_token_id=raw.get("mask_token_id"), eos_token_id=first_id(raw.get("eos_token_id")),
         pad_token_id=first_id(raw.get("pad_token_id")), bos_token_id=first_id(raw.get("bos_token_id")),
         checkpoint_format="hf", model_type=raw.get("model_type", model_type_of(raw)), source_config=raw)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import ModelConfig
-from jaxdllm.models.families.config_json import SPECIAL_ID_KEYS, checkpoint_dtype, first_id, require
+from jaxdllm.models.families.config_json import SPECIAL_ID_KEYS, first_id, require
 from jaxdllm.models.families.family import Family, model_type_of
 from jaxdllm.models.families.tensors import DecoderNames, TensorMapping, decoder_table
 
@@ -38,7 +38,7 @@ PRESETS = {
     "llada-8b": ModelConfig(
         vocab_size=VOCAB_SIZE, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=32,
         head_dim=128, mlp_dim=12288, attention="bidirectional", rope_theta=500000.0,
-        norm_eps=1e-5, max_position=4096, param_dtype="bfloat16", dtype="bfloat16",
+        norm_eps=1e-5, max_position=4096,
         checkpoint_format="llada", model_type="llada", **SPECIAL_IDS),
     # Tiny size for tests (random weights, fp32).
     "tiny-llada": ModelConfig(
@@ -76,7 +76,6 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
         if raw.get(key) is not None:
             ids[key] = first_id(raw[key])
     bias = bool(raw.get("include_bias", False))
-    dtype = checkpoint_dtype(raw)
     return ModelConfig(
         vocab_size=vocab, embed_dim=raw["d_model"], num_layers=raw["n_layers"],
         num_heads=raw["n_heads"], num_kv_heads=raw.get("n_kv_heads") or raw["n_heads"],
@@ -84,7 +83,7 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
         attention="bidirectional", qkv_bias=bias or bool(raw.get("include_qkv_bias", False)),
         out_bias=bias, mlp_bias=bias, tie_embeddings=bool(raw.get("weight_tying", False)),
         rope_theta=float(raw.get("rope_theta", 10000.0)), norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        max_position=int(raw.get("max_sequence_length", 4096)), param_dtype=dtype, dtype=dtype,
+        max_position=int(raw.get("max_sequence_length", 4096)),
         checkpoint_format="llada", model_type="llada", source_config=raw, **ids)
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError
 from jaxdllm.models.config import ModelConfig
-from jaxdllm.models.families.config_json import (SPECIAL_ID_KEYS, checkpoint_dtype, first_id, read_rope, require,
+from jaxdllm.models.families.config_json import (SPECIAL_ID_KEYS, first_id, read_rope, require,
                                                  require_silu, write_rope)
 from jaxdllm.models.families.family import Family
 from jaxdllm.models.families.tensors import TensorMapping, swiglu
@@ -66,7 +66,7 @@ ATTENTION_KEY = "jaxdllm_attention"  # config.json key for an LLaDA2-layout mode
 
 # What the published sizes share.
 _SHARED = dict(vocab_size=VOCAB_SIZE, num_kv_heads=4, head_dim=128, attention="block_causal", block_size=BLOCK_SIZE,
-               rope_theta=600000.0, norm_eps=1e-6, max_position=32768, param_dtype="bfloat16", dtype="bfloat16",
+               rope_theta=600000.0, norm_eps=1e-6, max_position=32768,
                checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
                num_experts=256, experts_per_token=8, num_shared_experts=1, expert_groups=8, top_groups=4,
                first_dense_layers=1, routed_scaling=2.5, **SPECIAL_IDS)
@@ -110,7 +110,6 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
                               f"{raw['num_nextn_predict_layers']}) are not supported")
     theta, scaling = read_rope(raw)
     heads = raw["num_attention_heads"]
-    dtype = checkpoint_dtype(raw)
     ids = dict(SPECIAL_IDS) if raw["vocab_size"] == VOCAB_SIZE else {}
     for key in SPECIAL_ID_KEYS:
         if raw.get(key) is not None:
@@ -133,7 +132,7 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
         qkv_bias=bool(raw.get("use_qkv_bias", False)), out_bias=bool(raw.get("use_bias", True)),
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), rope_theta=theta, rope_scaling=scaling,
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)), max_position=int(raw.get("max_position_embeddings", 16384)),
-        param_dtype=dtype, dtype=dtype, qk_norm=bool(raw.get("use_qk_norm", True)),
+        qk_norm=bool(raw.get("use_qk_norm", True)),
         rotary_fraction=float(raw.get("partial_rotary_factor", 0.5)), checkpoint_format="llada2",
         model_type="llada2_moe", source_config=raw, **moe, **ids)
 

@@ -29,8 +29,7 @@ ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 
 # The Qwen2.5-7B shape, which Dream-7B and Fast-dLLM v2 7B share.
 QWEN2_7B = dict(vocab_size=152064, embed_dim=3584, num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128,
-                mlp_dim=18944, qkv_bias=True, rope_theta=1e6, norm_eps=1e-6, param_dtype="bfloat16",
-                dtype="bfloat16")
+                mlp_dim=18944, qkv_bias=True, rope_theta=1e6, norm_eps=1e-6)
 QWEN_IDS = dict(eos_token_id=151643, pad_token_id=151643, bos_token_id=151643)
 QWEN_IM_END = 151645  # <|im_end|>: where the Instruct models end a turn
 
@@ -42,7 +41,7 @@ PRESETS = {
     "llama-3-8b": ModelConfig(
         vocab_size=128256, embed_dim=4096, num_layers=32, num_heads=32, num_kv_heads=8,
         head_dim=128, mlp_dim=14336, attention="causal", rope_theta=500000.0, norm_eps=1e-5,
-        max_position=8192, param_dtype="bfloat16", dtype="bfloat16", model_type="llama",
+        max_position=8192, model_type="llama",
         bos_token_id=128000, eos_token_id=128001, eot_token_id=128009),
     # Tiny sizes for tests (random weights, fp32).
     "tiny-qwen2": ModelConfig(
