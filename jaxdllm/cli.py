@@ -246,7 +246,7 @@ def _inspect(args) -> int:
         from jaxdllm.checkpoint.hf_io import from_pretrained
 
         model = from_pretrained(directory)
-        logits = model(jnp.zeros((1, 4), jnp.int32))
+        logits = model(jnp.zeros((1, 4), jnp.int32)).logits
         summary["loaded"] = True
         summary["logits_finite"] = bool(jnp.isfinite(logits).all())
     if args.plan:

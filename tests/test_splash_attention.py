@@ -132,7 +132,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
 
     def loss(m, impl):
         m.set_attributes(attention_impl=impl, raise_if_not_found=False)
-        return m(ids, attention=mask).astype(jnp.float32).std()
+        return m(ids, attention=mask).logits.astype(jnp.float32).std()
 
     graphdef, state = nnx.split(model)
     jaxpr = str(jax.make_jaxpr(lambda st: loss(nnx.merge(graphdef, st), "splash"))(state))

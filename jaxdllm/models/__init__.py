@@ -3,7 +3,7 @@
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import PRESETS, ModelConfig, RopeScaling
-from jaxdllm.models.transformer import Transformer, align_logits
+from jaxdllm.models.transformer import ForwardOutput, Transformer, align_logits
 
-__all__ = ["PRESETS", "ConfigError", "KVCache", "ModelConfig", "RopeScaling", "Transformer",
+__all__ = ["PRESETS", "ConfigError", "ForwardOutput", "KVCache", "ModelConfig", "RopeScaling", "Transformer",
            "align_logits"]
