@@ -144,7 +144,7 @@ def test_a_backend_registered_outside_the_package_serves_attend_and_the_model():
                                atol=1e-5)
     config = jaxdllm.ModelConfig.preset("tiny-llama")
     ids = jnp.asarray(rng.integers(0, 200, (1, 7)), jnp.int32)
-    ref = forward(jaxdllm.Transformer(config, jaxdllm.RunOptions(attention_impl="reference"), rngs=nnx.Rngs(0)), ids)
-    ours = forward(jaxdllm.Transformer(config, jaxdllm.RunOptions(attention_impl="test_loop"), rngs=nnx.Rngs(0)), ids)
+    ref = forward(jaxdllm.Transformer(config, jaxdllm.RunOptions(attention_impl="reference"), rngs=nnx.Rngs(0)), ids).logits
+    ours = forward(jaxdllm.Transformer(config, jaxdllm.RunOptions(attention_impl="test_loop"), rngs=nnx.Rngs(0)), ids).logits
     np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=1e-4)
     assert len(calls) > config.num_layers - 1

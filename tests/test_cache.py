@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxdllm import KVCache, MaskSpec, ModelConfig, Transformer
+from jaxdllm import MaskSpec, ModelConfig, Transformer
 from support.forward import forward
 
 TOL = 1e-5
@@ -23,13 +23,16 @@ def _ids(b, l, seed=0):
 
 @pytest.fixture(scope="module")
 def step():
-    return lambda m, ids, spec, cache: forward(m, ids, attention=spec, cache=cache)
+    def run(m, ids, spec, cache):  # (logits, updated cache)
+        out = forward(m, ids, attention=spec, cache=cache)
+        return out.logits, out.cache
+    return run
 
 
 def test_exact_causal_cache_prefill_then_decode(step):
     model = _model("tiny-qwen2")
     ids = _ids(2, 12)
-    full = np.asarray(forward(model, ids))
+    full = np.asarray(forward(model, ids).logits)
     cache = model.init_cache(2, 16)
     logits, cache = step(model, ids[:, :5], MaskSpec(kind="causal"), cache)
     got = [np.asarray(logits)]
@@ -47,15 +50,15 @@ def test_exact_cache_with_left_padding_and_truncate(step):
     seg = (jnp.arange(10)[None] >= pad[:, None]).astype(jnp.int32)
     positions = jnp.clip(jnp.arange(10)[None] - pad[:, None], 0)
     full = np.asarray(forward(model, ids, positions,
-                              MaskSpec(kind="causal", q_segment_ids=seg, kv_segment_ids=seg)))
+                              MaskSpec(kind="causal", q_segment_ids=seg, kv_segment_ids=seg)).logits)
     cache = model.init_cache(2, 12)
     spec = MaskSpec(kind="causal", q_segment_ids=seg[:, :6])
-    first, cache = forward(model, ids[:, :6], positions[:, :6], spec, cache)
+    first = forward(model, ids[:, :6], positions[:, :6], spec, cache)
     wrong = jnp.full((2, 3), 7)  # speculative tokens, all rejected
-    _, cache = forward(model, wrong, positions[:, 6:9], MaskSpec(kind="causal", q_offset=6), cache)
+    cache = forward(model, wrong, positions[:, 6:9], MaskSpec(kind="causal", q_offset=6), first.cache).cache
     cache = cache.truncate(6)
-    rest, cache = forward(model, ids[:, 6:], positions[:, 6:], MaskSpec(kind="causal", q_offset=6), cache)
-    got = np.concatenate([np.asarray(first), np.asarray(rest)], 1)
+    rest = forward(model, ids[:, 6:], positions[:, 6:], MaskSpec(kind="causal", q_offset=6), cache)
+    got = np.concatenate([np.asarray(first.logits), np.asarray(rest.logits)], 1)
     real = np.asarray(seg).astype(bool)
     np.testing.assert_allclose(got[real], full[real], atol=TOL, rtol=0)
 
@@ -63,7 +66,7 @@ def test_exact_cache_with_left_padding_and_truncate(step):
 def test_block_causal_cache_appends_finished_blocks(step):
     model = _model("tiny-block-diffusion")  # block size 8
     ids = _ids(2, 24, seed=2)
-    full = np.asarray(forward(model, ids))
+    full = np.asarray(forward(model, ids).logits)
     cache = model.init_cache(2, 24)
     got = []
     for start in range(0, 24, 8):
@@ -76,7 +79,7 @@ def test_block_causal_cache_appends_finished_blocks(step):
 def test_fast_dllm_prefix_and_dual_cache_are_exact_when_fresh(step):
     model = _model("tiny-llada")
     ids = _ids(2, 20, seed=3)
-    full = np.asarray(forward(model, ids))
+    full = np.asarray(forward(model, ids).logits)
     cache = model.init_cache(2, 20)
     logits, cache = step(model, ids, MaskSpec(kind="bidirectional"), cache)  # block step 0 fills every slot
     np.testing.assert_allclose(np.asarray(logits), full, atol=TOL, rtol=0)
@@ -97,7 +100,7 @@ def test_dual_cache_is_approximate_after_the_block_changes(step):
     new = ids.at[:, 8:12].set(5)
     spec = MaskSpec(kind="bidirectional", q_offset=jnp.int32(8))
     stale, _ = step(model, new[:, 8:12], spec, cache)
-    fresh_full = np.asarray(forward(model, new))
+    fresh_full = np.asarray(forward(model, new).logits)
     assert np.abs(np.asarray(stale) - fresh_full[:, 8:12]).max() > 1e-4
     _, refreshed = step(model, new, MaskSpec(kind="bidirectional"), cache)
     again, _ = step(model, new[:, 8:12], spec, refreshed)
@@ -111,5 +114,5 @@ def test_cache_step_compiles_once_for_new_offsets(step):
                                                             cache=c)).lower(
         nnx.split(model), _ids(1, 1), jnp.int32(0), cache).compile()
     for off in range(3):
-        _, cache = compiled(nnx.split(model), _ids(1, 1, seed=off), jnp.int32(off), cache)
+        cache = compiled(nnx.split(model), _ids(1, 1, seed=off), jnp.int32(off), cache).cache
     assert np.asarray(cache.segment_ids).tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]]

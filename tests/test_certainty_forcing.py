@@ -30,7 +30,7 @@ def batch(rows=8, seq_len=32, seed=0):
 
 
 def model_views(model):
-    return Views(student=lambda t, p, m: forward(model, t, p, m), config=model.config)
+    return Views(student=lambda t, p, m: forward(model, t, p, m).logits, config=model.config)
 
 
 def test_views_are_complements_inside_one_block_per_row():
@@ -80,7 +80,8 @@ def test_later_blocks_carry_no_loss():
     loss2, _ = objective(model_views(model), changed, key)
     np.testing.assert_allclose(float(loss2), float(loss), rtol=1e-6)   # neither their inputs nor their labels count
     seen = []
-    probe = Views(student=lambda t, p, m: seen.append(np.asarray(t)) or forward(model, t, p, m), config=config)
+    probe = Views(student=lambda t, p, m: seen.append(np.asarray(t)) or forward(model, t, p, m).logits,
+                  config=config)
     objective(probe, b, key)
     (noisy,) = seen
     assert (noisy[:len(later)][later] == config.mask_token_id).all()  # masked in view A ...
@@ -143,7 +144,7 @@ def test_loss_equals_a_dense_computation(preset, views, ratio):
         push = np.concatenate([push[:, 1:], push[:, :1]], axis=1)
 
     def student(t, p, m):
-        return forward(model, t, p, m) + np.tile(push, (len(t) // len(push), 1, 1))
+        return forward(model, t, p, m).logits + np.tile(push, (len(t) // len(push), 1, 1))
 
     loss, metrics = objective(Views(student=student, config=config), b, key)
 

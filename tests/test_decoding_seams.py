@@ -42,7 +42,7 @@ class CountingFullCache(Cache):
         return jnp.int32(0)
 
     def forward(self, model, state, view, lay, config, span):
-        logits = model(state.canvas, view.positions, lay.mask(view.seg, view.seg))
+        logits = model(state.canvas, view.positions, lay.mask(view.seg, view.seg)).logits
         start = lay.prompt_len + state.block * config.block_length
         return jax.lax.dynamic_slice_in_dim(logits, start, config.block_length, axis=1), state.cache, 1
 
@@ -63,7 +63,7 @@ def left_to_right_reference(model, prompt, gen):
     """The same rule as a plain Python loop over the model: one argmax per forward, left to right."""
     canvas = np.concatenate([prompt, np.full(gen, MASK_ID)])[None].astype(np.int32)
     for i in range(len(prompt), len(prompt) + gen):
-        logits = np.array(forward(model, jnp.asarray(canvas)))[0, i]
+        logits = np.array(forward(model, jnp.asarray(canvas)).logits)[0, i]
         logits[MASK_ID] = -np.inf
         canvas[0, i] = int(np.argmax(logits))
     return canvas[0, len(prompt):]

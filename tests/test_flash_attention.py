@@ -162,7 +162,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
     @nnx.jit
     def loss_and_grads(model):
         def loss(model):  # a masked-diffusion style CE on every position
-            logits = model(ids, attention=attention)
+            logits = model(ids, attention=attention).logits
             return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), ids[..., None], -1))
         return nnx.value_and_grad(loss)(model)
 

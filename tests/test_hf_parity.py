@@ -31,7 +31,7 @@ def test_causal_logits_match(saved):
     ours = jaxdllm.from_pretrained(path)
     assert ours.config.attention == "causal"
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_bidirectional_logits_match_all_visible_4d_mask(saved):
@@ -41,7 +41,7 @@ def test_bidirectional_logits_match_all_visible_4d_mask(saved):
     all_visible = torch.zeros(ids.shape[0], 1, ids.shape[1], ids.shape[1])  # additive: 0 = visible
     ref = hf_logits(hf, ids, attention_mask=all_visible)
     assert np.abs(ref - hf_logits(hf, ids)).max() > 1e-2  # the mask really changes the reference
-    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), ref, atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids)).logits), ref, atol=TOL, rtol=0)
 
 
 def test_left_padded_batch_matches(saved):
@@ -54,7 +54,7 @@ def test_left_padded_batch_matches(saved):
     positions = np.clip(np.arange(9)[None] - pad[:, None], 0, None)
     ref = hf_logits(hf, ids, attention_mask=torch.as_tensor(mask), position_ids=torch.as_tensor(positions))
     spec = jaxdllm.MaskSpec.from_padding(jnp.asarray(mask), kind="causal")
-    got = np.asarray(forward(ours, jnp.asarray(ids), positions=jnp.asarray(positions), attention=spec))
+    got = np.asarray(forward(ours, jnp.asarray(ids), positions=jnp.asarray(positions), attention=spec).logits)
     real = mask.astype(bool)
     np.testing.assert_allclose(got[real], ref[real], atol=TOL, rtol=0)
     assert np.isfinite(got).all()
@@ -66,14 +66,14 @@ def test_tied_embeddings_and_bf16(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.tie_embeddings and ours.lm_head is None
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=TOL, rtol=0)
     half = jaxdllm.from_pretrained(tmp_path, dtype="bfloat16")
     assert half.embed[...].dtype == jnp.bfloat16
-    got = np.asarray(forward(half, jnp.asarray(ids)))
+    got = np.asarray(forward(half, jnp.asarray(ids)).logits)
     assert got.dtype == np.float32 and np.abs(got - hf_logits(hf, ids)).max() < 0.1
     mixed = jaxdllm.from_pretrained(tmp_path, compute_dtype="bfloat16")
     assert (mixed.embed[...].dtype, mixed.options.dtype) == (jnp.float32, "bfloat16")
-    assert np.abs(np.asarray(forward(mixed, jnp.asarray(ids))) - hf_logits(hf, ids)).max() < 0.1
+    assert np.abs(np.asarray(forward(mixed, jnp.asarray(ids)).logits) - hf_logits(hf, ids)).max() < 0.1
 
 
 def test_llama_attention_and_mlp_bias(tmp_path):
@@ -82,7 +82,7 @@ def test_llama_attention_and_mlp_bias(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.qkv_bias and ours.config.out_bias and ours.config.mlp_bias
     ids = _ids(hf)
-    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_llama3_rope_scaling(tmp_path):
@@ -93,7 +93,7 @@ def test_llama3_rope_scaling(tmp_path):
     ours = jaxdllm.from_pretrained(tmp_path)
     assert ours.config.rope_scaling is not None and ours.config.rope_scaling.type == "llama3"
     ids = _ids(hf, length=40)
-    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids))), hf_logits(hf, ids), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=TOL, rtol=0)
 
 
 def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
@@ -109,7 +109,7 @@ def test_dream_config_is_bidirectional_shifted_qwen2(tmp_path):
     ids = _ids(hf)
     L = ids.shape[1]
     ref = hf_logits(hf, ids, attention_mask=torch.zeros(ids.shape[0], 1, L, L))
-    logits = forward(ours, jnp.asarray(ids))
+    logits = forward(ours, jnp.asarray(ids)).logits
     np.testing.assert_allclose(np.asarray(logits), ref, atol=TOL, rtol=0)
     aligned = np.asarray(jaxdllm.align_logits(logits, c))
     np.testing.assert_array_equal(aligned[:, 1:], np.asarray(logits)[:, :-1])
@@ -140,5 +140,5 @@ def test_structured_masks_match_transformers_with_the_same_dense_mask(saved, kin
                     position_ids=torch.as_tensor(np.broadcast_to(positions, ids.shape).copy()))
     spec = jaxdllm.MaskSpec(kind=kind, block_size=block, prefix_len=prefix)
     got = forward(ours, jnp.asarray(ids), positions=jnp.asarray(np.broadcast_to(positions, ids.shape)),
-                  attention=spec)
+                  attention=spec).logits
     np.testing.assert_allclose(np.asarray(got), ref, atol=TOL, rtol=0)

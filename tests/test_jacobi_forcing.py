@@ -46,7 +46,7 @@ def rows(seed=0):
 
 def plain(model, ids):
     ids = jnp.asarray(np.asarray(ids)[None], jnp.int32)
-    return np.asarray(model(ids, attention=MaskSpec(kind="causal"))[0], np.float64)
+    return np.asarray(model(ids, attention=MaskSpec(kind="causal")).logits[0], np.float64)
 
 
 def log_softmax(x):
@@ -56,7 +56,7 @@ def log_softmax(x):
 
 def test_packed_streams_equal_plain_causal_forwards(model):
     parts, batch = rows()
-    logits = np.asarray(model(batch["tokens"], batch["positions"], packed_mask(batch, N)))
+    logits = np.asarray(model(batch["tokens"], batch["positions"], packed_mask(batch, N)).logits)
     for r, (prompt, noisy, clean) in enumerate(parts):
         p, blocks = len(prompt), len(clean)
         want_clean = plain(model, np.concatenate([prompt, clean.reshape(-1)]))
@@ -94,7 +94,7 @@ def reference_loss(model_params_model, parts, ar_weight, temperature):
 def test_loss_equals_pairwise_reference(model, kind):
     parts, batch = rows()
     objective = make_objective(kind, {"block_length": N, "temperature": 2.0}, model.config)
-    views = Views(student=lambda t, p, m: model(t, p, m), config=model.config)
+    views = Views(student=lambda t, p, m: model(t, p, m).logits, config=model.config)
     loss, metrics = objective(views, batch, jax.random.PRNGKey(0))
     want, ar, cons = reference_loss(model, parts, 10.0, 2.0)
     assert cons > 0
@@ -111,7 +111,7 @@ def test_consistency_is_zero_when_noisy_equals_clean(model):
     batch = next(BatchIterator(examples, BatchConfig(seq_len=28, batch_size=2, shuffle=False, fill_with_eos=False),
                                SpecialIds(pad=PAD, bos=None, eos=EOS)))
     objective = make_objective("jacobi_forcing", {"block_length": N}, model.config)
-    _, metrics = objective(Views(student=lambda t, p, m: model(t, p, m), config=model.config),
+    _, metrics = objective(Views(student=lambda t, p, m: model(t, p, m).logits, config=model.config),
                            {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0))
     assert float(metrics["consistency_loss"]) == 0.0 and int(metrics["consistency_tokens"]) == 0
     assert float(metrics["ar_loss"]) > 0
@@ -128,13 +128,13 @@ def test_no_gradient_flows_into_the_teacher_side(model):
 
     def loss(params, teacher_params):
         mask = packed_mask(batch, N)
-        s = nnx.merge(graphdef, params)(batch["tokens"], batch["positions"], mask)
-        t = nnx.merge(graphdef, teacher_params)(batch["tokens"], batch["positions"], mask)
+        s = nnx.merge(graphdef, params)(batch["tokens"], batch["positions"], mask).logits
+        t = nnx.merge(graphdef, teacher_params)(batch["tokens"], batch["positions"], mask).logits
         stream, _ = stream_layout(batch["prompt_mask"].sum(1), s.shape[1], N)
         mixed = jnp.where((stream == 2)[..., None], t, s)  # clean stream (the teacher side) from the constant copy
         return objective.terms(mixed, batch)["consistency"]
 
-    ours = jax.grad(lambda p: objective(Views(student=lambda t, q, m: nnx.merge(graphdef, p)(t, q, m),
+    ours = jax.grad(lambda p: objective(Views(student=lambda t, q, m: nnx.merge(graphdef, p)(t, q, m).logits,
                                               config=model.config), batch, jax.random.PRNGKey(0))[0])(params)
     want = jax.grad(loss)(params, frozen)
     leaves = zip(jax.tree.leaves(ours), jax.tree.leaves(want))

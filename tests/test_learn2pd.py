@@ -4,7 +4,6 @@ fit, its file beside the model, and `--preset learn2pd` finding the shipped filt
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -32,7 +31,7 @@ def _probs(model, prompt, state):
     """The model's softmax over the answer region of one unpadded row, MASK excluded (as a
     sampler step sees it): `[G, V]`."""
     canvas = np.asarray([list(prompt) + list(state)], np.int32)
-    logits = np.asarray(model(canvas, np.arange(canvas.shape[1])[None], None), np.float64)[0, len(prompt):]
+    logits = np.asarray(model(canvas, np.arange(canvas.shape[1])[None], None).logits, np.float64)[0, len(prompt):]
     logits[:, MASK_ID] = -np.inf
     e = np.exp(logits - logits.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

@@ -23,7 +23,7 @@ def test_llada_logits_match_torch_reference(tmp_path, overrides):
     assert (c.attention, c.checkpoint_format, c.mask_token_id) == ("bidirectional", "llada", 126)
     ids = np.random.RandomState(0).randint(0, cfg["vocab_size"], (2, 17))
     ref = llada_forward(weights, cfg, torch.as_tensor(ids)).numpy()
-    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(ids))), ref, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(ids)).logits), ref, atol=1e-4, rtol=0)
 
 
 def test_llada_round_trip_keeps_layout_and_config(tmp_path):

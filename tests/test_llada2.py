@@ -67,9 +67,9 @@ def test_fp32_logits_and_routing_match_torch(checkpoint, block):
     mask = None if block is None else block_causal_mask(ids.shape[1], block)
     spec = MaskSpec(kind="bidirectional") if block is None else MaskSpec(kind="block_causal", block_size=block)
     want, routing = llada2_forward(weights, cfg, torch.as_tensor(ids), mask=mask)
-    logits, loads = model(jnp.asarray(ids), attention=spec, return_router_loads=True)
-    np.testing.assert_allclose(np.asarray(logits), want.numpy(), atol=TOL, rtol=0)
-    np.testing.assert_array_equal(np.asarray(loads), _routing_loads(routing, 16))  # every layer, every expert
+    out = model(jnp.asarray(ids), attention=spec, return_router_loads=True)
+    np.testing.assert_allclose(np.asarray(out.logits), want.numpy(), atol=TOL, rtol=0)
+    np.testing.assert_array_equal(np.asarray(out.router_loads), _routing_loads(routing, 16))  # every layer and expert
 
 
 def test_router_picks_the_same_experts_and_weights_as_torch():
@@ -122,8 +122,8 @@ def test_bf16_checkpoint_matches_torch_in_bf16(tmp_path):
     ids = _ids(length=32, batch=2)
     want, routing = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(32, 8),
                                    dtype=torch.bfloat16)
-    logits, loads = model(jnp.asarray(ids), attention=MaskSpec(kind="block_causal", block_size=8),
-                          return_router_loads=True)
+    out = model(jnp.asarray(ids), attention=MaskSpec(kind="block_causal", block_size=8), return_router_loads=True)
+    logits, loads = out.logits, out.router_loads
     diff = np.abs(np.asarray(logits) - want.numpy()).max(-1)  # [B, L]
     assert np.mean(diff < 0.06) >= 0.9, diff
     assert np.mean(np.asarray(logits).argmax(-1) == want.numpy().argmax(-1)) >= 0.95
@@ -146,7 +146,7 @@ def test_round_trip_is_bit_identical_with_fused_qkv_split_across_files(tmp_path)
     assert len(list((tmp_path / "many").glob("*.safetensors"))) > 3
     again = jaxdllm.from_pretrained(tmp_path / "many")
     ids = jnp.asarray(_ids())
-    np.testing.assert_array_equal(np.asarray(again(ids)), np.asarray(model(ids)))
+    np.testing.assert_array_equal(np.asarray(again(ids).logits), np.asarray(model(ids).logits))
     config = json.loads((tmp_path / "many/config.json").read_text())
     assert config["model_type"] == "llada2_moe" and config["num_experts"] == 16 and config["n_group"] == 4
 
@@ -156,14 +156,14 @@ def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
     plain = jaxdllm.from_pretrained(tmp_path)
     scanned = jaxdllm.from_pretrained(tmp_path, scan_layers=True)
     ids = jnp.asarray(_ids())
-    np.testing.assert_allclose(np.asarray(scanned(ids)), np.asarray(plain(ids)), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(scanned(ids).logits), np.asarray(plain(ids).logits), atol=1e-5)
     jaxdllm.save_pretrained(scanned, tmp_path / "back")
     np.testing.assert_array_equal(load_file(str(tmp_path / "back/model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"],
                                   load_file(str(tmp_path / "model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"])
     int8 = jaxdllm.from_pretrained(tmp_path, quantization="int8")
     assert int8.layers[1].mlp.gate.kernel[...].dtype == jnp.int8
     assert int8.layers[1].mlp.gate.kernel_scale[...].shape == (16, 1, 32)  # per expert, per output channel
-    agree = np.mean(np.asarray(int8(ids)).argmax(-1) == np.asarray(plain(ids)).argmax(-1))
+    agree = np.mean(np.asarray(int8(ids).logits).argmax(-1) == np.asarray(plain(ids).logits).argmax(-1))
     assert agree >= 0.9
 
 
@@ -177,8 +177,8 @@ def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
     assert {s.data.shape for s in kernel.addressable_shards} == {(4, 64, 16)}  # 16 experts / 4, width 32 / 2
     ids = _ids()
     want, _ = llada2_forward(weights, TINY, torch.as_tensor(ids), mask=block_causal_mask(24, 32))
-    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))), want.numpy(), atol=TOL)
-    forward = jax.jit(lambda m, x: m(x))
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids)).logits), want.numpy(), atol=TOL)
+    forward = jax.jit(lambda m, x: m(x).logits)
     np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(ids))), want.numpy(), atol=TOL)
     # Experts stay where they are: XLA moves the step's tokens to the experts (gathers activations,
     # sums expert outputs), never an expert kernel to the tokens.
@@ -355,10 +355,10 @@ def test_router_loads_inside_an_explicit_axes_mesh(tmp_path):
     the one-device call."""
     make_llada2_checkpoint(tmp_path)
     ids = jnp.asarray(_ids(batch=8))
-    want_logits, want_loads = jaxdllm.from_pretrained(tmp_path)(ids, return_router_loads=True)
+    want = jaxdllm.from_pretrained(tmp_path)(ids, return_router_loads=True)
     mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"))
     model = jaxdllm.from_pretrained(tmp_path, mesh=mesh)
     with jax.set_mesh(mesh):
-        logits, loads = model(jnp.asarray(np.asarray(ids)), return_router_loads=True)
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(want_logits), atol=1e-5)
-    np.testing.assert_array_equal(np.asarray(loads), np.asarray(want_loads))
+        got = model(jnp.asarray(np.asarray(ids)), return_router_loads=True)
+    np.testing.assert_allclose(np.asarray(got.logits), np.asarray(want.logits), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(got.router_loads), np.asarray(want.router_loads))

@@ -88,7 +88,7 @@ def test_masked_loglikelihood_of_one_token_is_exact():
     model, tok = lm.model, lm.tokenizer
     ctx, cont = tok.encode("reverse 4821="), tok.encode("1", add_special_tokens=False)
     estimate = lm.masked_loglikelihood(ctx, cont, jax.random.PRNGKey(0))
-    logits = np.asarray(model(np.asarray([ctx + [model.config.mask_token_id]], np.int32))[0, -1], np.float64)
+    logits = np.asarray(model(np.asarray([ctx + [model.config.mask_token_id]], np.int32)).logits[0, -1], np.float64)
     exact = logits[cont[0]] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
     assert estimate == pytest.approx(exact, abs=1e-4)
     [(ll, greedy)] = lm.loglikelihood([_Request("reverse 4821=", "1")], disable_tqdm=True)

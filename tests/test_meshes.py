@@ -2,6 +2,8 @@
 `jax.make_mesh` (Explicit axes, JAX's default) and `jaxdllm.sharding.make_mesh` (Auto axes),
 with and without `jax.set_mesh`; every result equals the one-device run."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ from flax import nnx
 from jax.sharding import AxisType
 
 import jaxdllm
-from jaxdllm import SamplerConfig, generate, sharding
+from jaxdllm import ForwardOutput, SamplerConfig, generate, sharding
 from jaxdllm.data import build_char_tokenizer, make_batch_iterator, make_mixture
 from jaxdllm.train import TrainConfig, Trainer
 from support.hf_models import make_hf_model
@@ -43,17 +45,41 @@ def qwen(tmp_path_factory):
 def test_from_pretrained_then_forward(kind, qwen):
     mesh = MESHES[kind]()
     ids = np.random.default_rng(0).integers(0, 128, (8, 10)).astype(np.int32)
-    want = np.asarray(jaxdllm.from_pretrained(qwen)(ids))
+    want = np.asarray(jaxdllm.from_pretrained(qwen)(ids).logits)
     model = jaxdllm.from_pretrained(qwen, mesh=mesh)
     assert len(model.layers[0].mlp.gate.kernel[...].sharding.device_set) == 8
-    np.testing.assert_allclose(np.asarray(model(ids)), want, atol=1e-5)          # eager, no mesh context
+    np.testing.assert_allclose(np.asarray(model(ids).logits), want, atol=1e-5)   # eager, no mesh context
     with jax.set_mesh(mesh):
         x = jnp.asarray(ids)                                                     # an array of the context's mesh
-        np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5)
-        got = nnx.jit(lambda m, x: m(x))(model, x)
+        np.testing.assert_allclose(np.asarray(model(x).logits), want, atol=1e-5)
+        got = nnx.jit(lambda m, x: m(x).logits)(model, x)
         np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
-        grads = nnx.grad(lambda m, x: m(x).astype(jnp.float32).mean())(model, x)
+        grads = nnx.grad(lambda m, x: m(x).logits.astype(jnp.float32).mean())(model, x)
     assert np.isfinite(np.asarray(grads.embed[...])).all()
+
+
+@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-llada2"])  # dense, MoE
+def test_forward_returns_one_type_for_every_flag_inside_an_explicit_axes_mesh(preset):
+    """`ForwardOutput` for every flag combination, the same structure and values inside
+    `jax.set_mesh(jax.make_mesh(...))` as on one device: a part not asked for is None, and so
+    are a dense model's router loads."""
+    config = jaxdllm.ModelConfig.preset(preset)
+    model = jaxdllm.Transformer(config, rngs=nnx.Rngs(0))
+    mesh = MESHES["jax.make_mesh"]()
+    meshed = sharding.shard_model(jaxdllm.Transformer(config, rngs=nnx.Rngs(0)), sharding.auto_mesh(mesh))
+    ids = np.random.default_rng(0).integers(0, 250, (8, 16)).astype(np.int32)
+    for with_cache, loads in itertools.product((False, True), repeat=2):
+        call = nnx.jit(lambda m, x, c: m(x, cache=c, return_router_loads=loads))
+        want = call(model, jnp.asarray(ids), model.init_cache(8, 16) if with_cache else None)
+        with jax.set_mesh(mesh):
+            got = call(meshed, jnp.asarray(ids), model.init_cache(8, 16) if with_cache else None)
+        for out in (want, got):
+            assert type(out) is ForwardOutput
+            assert (out.cache is not None) == with_cache
+            assert (out.router_loads is not None) == (loads and bool(config.num_experts))
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
 @pytest.fixture(scope="module")

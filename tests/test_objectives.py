@@ -36,7 +36,7 @@ def log_probs(logits):
 
 
 def views(model):
-    return Views(student=lambda t, p, m: forward(model, t, p, m), config=model.config)
+    return Views(student=lambda t, p, m: forward(model, t, p, m).logits, config=model.config)
 
 
 MODELS = {
@@ -59,7 +59,7 @@ def test_masked_diffusion_losses_equal_a_dense_computation(kind, shift):
     tokens, seg = b["tokens"], b["segment_ids"]
     noisy = np.where(masked, config.mask_token_id, tokens)
     spec = MaskSpec(kind=config.attention, q_segment_ids=seg, kv_segment_ids=seg)
-    logp = log_probs(forward(model, noisy, b["positions"], spec))
+    logp = log_probs(forward(model, noisy, b["positions"], spec).logits)
     rows, length = tokens.shape
     assert masked.sum() >= 4 and len(set(masked.nonzero()[0])) > 1
     total, wrong_alignment = 0.0, 0.0
@@ -109,7 +109,7 @@ def test_block_diffusion_loss_equals_a_dense_computation(shift):
     both = np.concatenate([np.where(masked, config.mask_token_id, tokens), tokens], 1)
     seg2 = np.concatenate([seg, seg], 1)
     spec = MaskSpec(kind="block_diffusion", block_size=bs, q_segment_ids=seg2, kv_segment_ids=seg2)
-    logp = log_probs(forward(model, both, np.concatenate([b["positions"]] * 2, 1), spec))
+    logp = log_probs(forward(model, both, np.concatenate([b["positions"]] * 2, 1), spec).logits)
     total = 0.0
     for r in range(rows):
         for i in range(n):
@@ -135,7 +135,7 @@ def test_causal_lm_loss_equals_a_dense_computation(shift):
     loss, _ = objective(views(model), b, jax.random.PRNGKey(0))
     tokens, seg, target = b["tokens"], b["segment_ids"], b["target_mask"]
     spec = MaskSpec(kind="causal", q_segment_ids=seg, kv_segment_ids=seg)
-    logp = log_probs(forward(model, tokens, b["positions"], spec))
+    logp = log_probs(forward(model, tokens, b["positions"], spec).logits)
     terms = [-logp[r, i - 1, tokens[r, i]] for r in range(tokens.shape[0]) for i in range(1, tokens.shape[1])
              if target[r, i] and seg[r, i] == seg[r, i - 1]]
     np.testing.assert_allclose(float(loss), np.mean(terms), rtol=2e-5)

@@ -17,7 +17,6 @@ import symtable
 import sys
 from pathlib import Path
 
-import pytest
 from flax import nnx
 
 import jaxdllm

@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 import jaxdllm
-from jaxdllm import ConfigError, KVCache, MaskSpec, ModelConfig, SamplerConfig
+from jaxdllm import ConfigError, MaskSpec, ModelConfig, SamplerConfig
 from jaxdllm.decoding import loop, sampler
 from jaxdllm.decoding.methods import method_of
 from support.forward import forward
@@ -70,8 +70,7 @@ def test_cached_kv_of_finished_blocks_equal_the_models_forward(model):
     seg = np.concatenate([seg_prompt, np.ones((len(ids), G), np.int32)], 1)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)
     spec = MaskSpec(kind="block_causal", block_size=model.config.block_size, q_segment_ids=seg)
-    _, ref = forward(model, state.canvas, jnp.asarray(positions), spec,
-                     model.init_cache(len(ids), T))
+    ref = forward(model, state.canvas, jnp.asarray(positions), spec, model.init_cache(len(ids), T)).cache
     window = max(config.block_length, model.config.block_size)
     written = T - window  # the last window is never written back: nothing reads it
     assert written > Lp

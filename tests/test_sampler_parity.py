@@ -39,7 +39,7 @@ def setup(tmp_path_factory):
 
 
 def _jax_fn(model):
-    return lambda x: _no_mask_prediction(torch.from_numpy(np.array(forward(model, jnp.asarray(x.numpy())))))
+    return lambda x: _no_mask_prediction(torch.from_numpy(np.array(forward(model, jnp.asarray(x.numpy())).logits)))
 
 
 def _assert_row_matches(out, ref, i, width, prompt_len, where):

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 import jaxdllm
-from jaxdllm import KVCache, MaskSpec, SamplerConfig
+from jaxdllm import MaskSpec, SamplerConfig
 from jaxdllm.sharding import make_mesh
 from support.forward import forward
 from support.hf_models import hf_logits, make_hf_model
@@ -32,22 +32,21 @@ def test_scanned_logits_cache_and_gradients_equal_the_unrolled_model(checkpoint,
     scanned = jaxdllm.from_pretrained(path, scan_layers=True, remat=remat)
     assert scanned.layers.attn.q.kernel[...].shape[0] == 3  # one stacked parameter per kernel
     ids = np.random.RandomState(1).randint(0, 128, (2, 11))
-    np.testing.assert_allclose(np.asarray(forward(scanned, jnp.asarray(ids))), hf_logits(hf, ids), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(forward(scanned, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=1e-4)
 
     # exact KV cache: prefill 7 tokens, then feed 4 at offset 7
     outs = {}
     for name, m in (("unrolled", unrolled), ("scanned", scanned)):
         cache = m.init_cache(2, 16)
-        _, cache = forward(m, jnp.asarray(ids[:, :7]), None, MaskSpec(kind="causal"), cache)
-        logits, cache = forward(m, jnp.asarray(ids[:, 7:]), None, MaskSpec(kind="causal", q_offset=7), cache)
-        outs[name] = (logits, cache)
-    np.testing.assert_allclose(np.asarray(outs["scanned"][0]), np.asarray(outs["unrolled"][0]), atol=1e-5)
+        cache = forward(m, jnp.asarray(ids[:, :7]), None, MaskSpec(kind="causal"), cache).cache
+        outs[name] = forward(m, jnp.asarray(ids[:, 7:]), None, MaskSpec(kind="causal", q_offset=7), cache)
+    np.testing.assert_allclose(np.asarray(outs["scanned"].logits), np.asarray(outs["unrolled"].logits), atol=1e-5)
     for layer in range(3):
-        np.testing.assert_allclose(np.asarray(outs["scanned"][1].k[layer]), np.asarray(outs["unrolled"][1].k[layer]),
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.asarray(outs["scanned"].cache.k[layer]),
+                                   np.asarray(outs["unrolled"].cache.k[layer]), atol=1e-5)
 
     def grads(m):
-        return nnx.grad(lambda m: jnp.mean(jax.nn.log_softmax(m(jnp.asarray(ids)))[..., 3]))(m)
+        return nnx.grad(lambda m: jnp.mean(jax.nn.log_softmax(m(jnp.asarray(ids)).logits)[..., 3]))(m)
 
     g_unrolled, g_scanned = nnx.jit(grads)(unrolled), nnx.jit(grads)(scanned)
     for layer in range(3):
@@ -65,9 +64,9 @@ def test_scanned_model_loads_sharded_and_saves_the_same_checkpoint(checkpoint, t
     kernel = scanned.layers.mlp.up.kernel[...]
     assert kernel.sharding.spec[0] is None and len(kernel.sharding.device_set) == 8  # layers replicated
     ids = np.random.RandomState(2).randint(0, 128, (2, 9))
-    np.testing.assert_allclose(np.asarray(forward(scanned, jnp.asarray(ids))), hf_logits(hf, ids), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(forward(scanned, jnp.asarray(ids)).logits), hf_logits(hf, ids), atol=1e-4)
     out = jaxdllm.save_pretrained(scanned, tmp_path / "again")
-    np.testing.assert_allclose(np.asarray(forward(jaxdllm.from_pretrained(out), jnp.asarray(ids))),
+    np.testing.assert_allclose(np.asarray(forward(jaxdllm.from_pretrained(out), jnp.asarray(ids)).logits),
                                hf_logits(hf, ids), atol=1e-4)
 
 

@@ -131,7 +131,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
                     kv_segment_ids=seg)
 
     def loss(m, impl):
-        return m.with_options(attention_impl=impl)(ids, attention=mask).astype(jnp.float32).std()
+        return m.with_options(attention_impl=impl)(ids, attention=mask).logits.astype(jnp.float32).std()
 
     graphdef, state = nnx.split(model)
     jaxpr = str(jax.make_jaxpr(lambda st: loss(nnx.merge(graphdef, st), "splash"))(state))

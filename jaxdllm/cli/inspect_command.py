@@ -58,7 +58,7 @@ def run(args) -> int:
         from jaxdllm.checkpoint.hf_io import from_pretrained
 
         model = from_pretrained(directory)
-        logits = model(jnp.zeros((1, 4), jnp.int32))
+        logits = model(jnp.zeros((1, 4), jnp.int32)).logits
         summary["run_options"] = model.options.to_dict()
         summary["loaded"] = True
         summary["logits_finite"] = bool(jnp.isfinite(logits).all())

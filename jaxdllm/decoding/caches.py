@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.cache import KVCache
+from jaxdllm.models.transformer import ForwardOutput
 from jaxdllm.registry import Registry, Settings
 
 
@@ -102,7 +102,8 @@ class NoCache(Cache):
             uncond = jnp.where(jnp.arange(lay.total) < lay.prompt_len, lay.mask_id, canvas)
             canvas = jnp.concatenate([canvas, uncond])
             positions, seg = jnp.concatenate([positions, positions]), jnp.concatenate([seg, seg])
-        logits = model(canvas, positions, lay.mask(seg, seg), logits_slice=logits_span(state, lay, config, span))
+        logits = model(canvas, positions, lay.mask(seg, seg),
+                       logits_slice=logits_span(state, lay, config, span)).logits
         if config.cfg_scale > 0:
             cond, uncond = jnp.split(logits, 2)
             return uncond + (config.cfg_scale + 1.0) * (cond - uncond), None, 2
@@ -134,11 +135,11 @@ class _Refreshed(Cache):
                          logits_slice=logits_span(state, lay, config, span))
 
         refresh = jnp.bool_(True) if self.refresh_every_step else state.block_step == 0
-        logits, cache = jax.lax.cond(refresh, full, lambda c: self.cached(model, state, view, lay, config, c),
-                                     state.cache)
-        return logits, cache, 1
+        out = jax.lax.cond(refresh, full, lambda c: self.cached(model, state, view, lay, config, c), state.cache)
+        return out.logits, out.cache, 1
 
-    def cached(self, model, state, view, lay, config, cache):
+    def cached(self, model, state, view, lay, config, cache) -> ForwardOutput:
+        """A later step's forward from `cache`: the model's output with logits for the decoding block."""
         raise NotImplementedError
 
 
@@ -232,7 +233,7 @@ class BlockCache(Cache):
         cache = model.init_cache(canvas.shape[0], lay.total)
         if Lp:
             cache = model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
-                          logits_slice=(Lp - 1, 1))[1]
+                          logits_slice=(Lp - 1, 1)).cache
         return cache
 
     def forward(self, model, state, view, lay, config, span):
@@ -243,9 +244,9 @@ class BlockCache(Cache):
         # The window's slots keep this step's (not yet final) K/V: no later block can see them,
         # they are overwritten by the next step and by the finishing write, and keeping them lets
         # XLA update the carried cache in place instead of copying it every step.
-        logits, cache = model(ids, pos, lay.mask(q_seg, q_offset=start), state.cache,
-                              logits_slice=(block_start(state, lay, config) - window_start, config.block_length))
-        return logits, cache, 1
+        out = model(ids, pos, lay.mask(q_seg, q_offset=start), state.cache,
+                    logits_slice=(block_start(state, lay, config) - window_start, config.block_length))
+        return out.logits, out.cache, 1
 
     def after_commit(self, model, state, view, lay, config, block_full):
         """Once the last decoding block of a window is full, rewrite the window's K/V from its final
@@ -257,7 +258,7 @@ class BlockCache(Cache):
 
         def write(cache):
             ids, pos, q_seg = view.window(state.canvas, start, W)
-            return model(ids, pos, lay.mask(q_seg, q_offset=start), cache, logits_slice=(W - 1, 1))[1]
+            return model(ids, pos, lay.mask(q_seg, q_offset=start), cache, logits_slice=(W - 1, 1)).cache
 
         return jax.lax.cond(finished, write, lambda c: c, state.cache)
 

@@ -57,7 +57,7 @@ class DraftCanvas:
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
         cache = model.init_cache(b, self.cache_slots(config, lay))
         cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
-                      logits_slice=(lay.prompt_len - 1, 1))[1]
+                      logits_slice=(lay.prompt_len - 1, 1)).cache
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,
                                  max_trajectory=config.max_trajectory)
 
@@ -84,8 +84,8 @@ class DraftCanvas:
             one = _with_batch(cache, lambda x, axis: jnp.expand_dims(x, axis))
             mask = lay.mask(jnp.ones((1, shape.length), jnp.int32), q_offset=start, kind="lookahead",
                             prefix_len=start, window_shape=shape.window_shape())
-            logits, one = model(ids[None], positions[None], mask, one)
-            return jnp.argmax(logits[0], axis=-1).astype(jnp.int32), _with_batch(one, jnp.squeeze)
+            out = model(ids[None], positions[None], mask, one)
+            return jnp.argmax(out.logits[0], axis=-1).astype(jnp.int32), _with_batch(out.cache, jnp.squeeze)
 
         axes = state.cache.batch_axes()
         predicted, cache = jax.vmap(row, in_axes=(0, 0, 0, axes), out_axes=(0, axes))(ids, positions, start,

@@ -155,7 +155,7 @@ class JaxdllmLM(LM):
 
     def _causal_loglikelihood(self, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
         ids = jnp.asarray([ctx + cont], jnp.int32)
-        logp = jax.nn.log_softmax(self.model(ids)[0, len(ctx) - 1:-1].astype(jnp.float32), axis=-1)
+        logp = jax.nn.log_softmax(self.model(ids).logits[0, len(ctx) - 1:-1].astype(jnp.float32), axis=-1)
         target = jnp.asarray(cont)
         return float(logp[jnp.arange(len(cont)), target].sum()), bool((logp.argmax(-1) == target).all())
 
@@ -177,7 +177,7 @@ class JaxdllmLM(LM):
             masked = np.zeros((self.mc_batch, len(seq)), bool)
             masked[:, len(ctx):] = order < counts[:, None]
             ids = np.where(masked, mask_id, seq[None])
-            logits = align_logits(self.model(jnp.asarray(ids)), self.model.config)
+            logits = align_logits(self.model(jnp.asarray(ids)).logits, self.model.config)
             logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
             token_logp = np.asarray(jnp.take_along_axis(logp, jnp.asarray(seq)[None, :, None], -1)[..., 0])
             total += float((np.where(masked, token_logp, 0.0).sum(1) * length / counts).sum())

@@ -6,7 +6,8 @@ from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import PRESETS, ModelConfig, RopeScaling
 from jaxdllm.models.families import FAMILIES  # registers every family's presets
 from jaxdllm.models.run_options import RunOptions
-from jaxdllm.models.transformer import Transformer, align_logits
+from jaxdllm.models.transformer import ForwardOutput, Transformer, align_logits
 
-__all__ = ["FAMILIES", "PRESETS", "ConfigError", "KVCache", "ModelConfig", "RopeScaling", "RunOptions", "Transformer",
+__all__ = ["FAMILIES", "PRESETS", "ConfigError", "ForwardOutput", "KVCache", "ModelConfig", "RopeScaling", "RunOptions",
+           "Transformer",
            "align_logits"]

@@ -9,6 +9,8 @@ activations rematerialised in the backward pass) and int8 weights.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -25,6 +27,23 @@ from jaxdllm.models.moe import MoE
 from jaxdllm.models.run_options import LAYOUT_OPTIONS, RunOptions
 
 _REMAT = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+class ForwardOutput(NamedTuple):
+    """What `Transformer.__call__` returns, whatever its flags; a part not asked for is `None`.
+
+    Attributes:
+      logits: `[B, L, V]` (or `[B, length, V]` with `logits_slice`) float32, raw: with
+        `config.shift_logits`, position i-1 predicts token i (see `align_logits`).
+      cache: the updated `KVCache` when the call was given one, else `None`.
+      router_loads: `[num_moe_layers, E]` int32, the rows each routed expert ran in this call,
+        when asked for (`return_router_loads=True`) and the model has MoE layers; else `None`
+        (a dense model has no routers, so it has no loads to report).
+    """
+
+    logits: jax.Array
+    cache: KVCache | None = None
+    router_loads: jax.Array | None = None
 
 
 def stack_layers(blocks: list[Block]) -> Block:
@@ -100,8 +119,9 @@ class Transformer(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  attention: MaskSpec | None = None, cache: KVCache | None = None,
-                 logits_slice: tuple[jax.Array | int, int] | None = None, return_router_loads: bool = False):
-        """Logits for `input_ids`.
+                 logits_slice: tuple[jax.Array | int, int] | None = None,
+                 return_router_loads: bool = False) -> ForwardOutput:
+        """Logits for `input_ids` (and the updated cache, and the router loads when asked for).
 
         Args:
           input_ids: `[B, L]` int token ids.
@@ -113,20 +133,20 @@ class Transformer(nnx.Module):
             cache's segment ids (this call's `q_segment_ids`, default 1, are written too).
           logits_slice: optional `(start, length)` (start may be traced): compute logits only
             for input positions `[start, start + length)`, skipping the LM head elsewhere.
-          return_router_loads: MoE models: also return `loads [num_moe_layers, E]` int32, the
-            rows each routed expert ran in this call (what expert-bias balancing reads).
+          return_router_loads: fill `router_loads [num_moe_layers, E]` int32 (MoE models; a dense
+            model's stays `None`).
 
         Returns:
-          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) in float32 (raw: with
-          `config.shift_logits`, position i-1 predicts token i; see `align_logits`), plus the
-          updated cache when one was given, plus the router loads when asked for.
+          A `ForwardOutput(logits, cache, router_loads)`, the same type for every flag combination:
+          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) float32; `cache` the updated
+          cache, or `None` without one; `router_loads` as above, else `None`.
         """
+        with_loads = return_router_loads and bool(self.config.num_experts)
         if shd.explicit_context() is not None:
-            out, loads = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice,
-                                                   return_router_loads)
+            out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads)
         else:
-            out, loads = self._forward(input_ids, positions, attention, cache, logits_slice)
-        return (*(out if isinstance(out, tuple) else (out,)), loads) if return_router_loads else out
+            out = self._forward(input_ids, positions, attention, cache, logits_slice)
+        return out if with_loads else out._replace(router_loads=None)
 
     def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads):
         """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
@@ -140,21 +160,20 @@ class Transformer(nnx.Module):
 
         def body(state, input_ids, positions, attention, cache, start):
             where = None if logits_slice is None else (start, logits_slice[1])
-            out, loads = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
-            return (out, loads) if with_loads else out
+            out = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
+            return out if with_loads else out._replace(router_loads=None)
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
-        out = spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size))
-        if cache is not None:
-            kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
-            out = (out, KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
-                                segment_ids=spec(("batch", "length"), cache.segment_ids.shape)))
-        if with_loads and self.config.num_experts:
-            out = (out, jax.sharding.PartitionSpec())  # router loads: replicated
-        result = jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
-        return result if with_loads and self.config.num_experts else (result, None)
+        kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
+        out = ForwardOutput(
+            logits=spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size)),
+            cache=None if cache is None else KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
+                                                     segment_ids=spec(("batch", "length"), cache.segment_ids.shape)),
+            router_loads=jax.sharding.PartitionSpec() if with_loads else None)  # loads: replicated
+        return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
 
-    def _forward(self, input_ids, positions, attention, cache, logits_slice):
+    def _forward(self, input_ids, positions, attention, cache, logits_slice) -> ForwardOutput:
+        """The forward itself; an MoE model's router loads are always filled (`__call__` drops them)."""
         c = self.config
         b, l = input_ids.shape
         mask = self.default_mask() if attention is None else attention
@@ -184,9 +203,8 @@ class Transformer(nnx.Module):
             head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(dtype)
         logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
-        if cache is None:
-            return logits, loads
-        return (logits, KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)), loads
+        new_cache = None if cache is None else KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
+        return ForwardOutput(logits, new_cache, loads)
 
     def _layer_fn(self, graphdef, positions, mask, inv_freq):
         """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `options.remat`."""

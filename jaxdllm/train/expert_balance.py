@@ -28,7 +28,7 @@ def update_expert_bias(params: dict, loads: jax.Array, rate: float) -> dict:
     Args:
       params: a pure parameter dict; its `expert_bias` leaves are `[E]` per layer (in layer order)
         or one `[num_layers, E]` stack (`scan_layers`).
-      loads: `[num_moe_layers, E]` rows each expert ran (`Transformer(..., return_router_loads=True)`).
+      loads: `[num_moe_layers, E]` rows each expert ran (`model(..., return_router_loads=True).router_loads`).
     """
     leaves = [(path, x) for path, x in jax.tree_util.tree_leaves_with_path(params) if _is_bias(path)]
     if not leaves or rate == 0:

@@ -30,11 +30,10 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         loads = []  # MoE: rows per expert of every student call
 
         def student(tokens, positions, mask):
-            if not model.config.num_experts:
-                return model(tokens, positions=positions, attention=mask)
-            logits, load = model(tokens, positions=positions, attention=mask, return_router_loads=True)
-            loads.append(load)
-            return logits
+            out = model(tokens, positions=positions, attention=mask, return_router_loads=True)
+            if out.router_loads is not None:  # dense models have none
+                loads.append(out.router_loads)
+            return out.logits
 
         loss, metrics = objective(Views(student=student, config=model.config), micro, key)
         return loss, (metrics, sum(loads) if loads else jnp.zeros((), jnp.int32))  # dense: a scalar placeholder

@@ -28,7 +28,7 @@ def loads_of(model, rows: list[list[int]]) -> np.ndarray:
     for row in rows:
         by_length.setdefault(len(row), []).append(row)
     for _, group in sorted(by_length.items()):
-        _, loads = model(jnp.asarray(group, jnp.int32), return_router_loads=True)
+        loads = model(jnp.asarray(group, jnp.int32), return_router_loads=True).router_loads
         total = np.asarray(loads) if total is None else total + np.asarray(loads)
     return total
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 
 from jaxdllm.decoding.policies.base import Commit, ConfidencePolicy, in_unit_interval, top_plus_threshold

@@ -113,7 +113,7 @@ def oracle_examples(model: Transformer, records: Sequence[dict], block_length: i
         positions = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0)
         start = block * block_length
         logits = model(canvas, positions, MaskSpec.from_padding(seg, kind=c.attention, block_size=c.block_size),
-                       logits_slice=(width - int(c.shift_logits) + start, block_length))
+                       logits_slice=(width - int(c.shift_logits) + start, block_length)).logits
         logits = logits.at[..., c.mask_token_id].set(-jnp.inf)  # as the sampler sees them
         probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
         take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, block_length, axis=1)
