@@ -123,7 +123,7 @@ def test_every_objective_trains_one_step(kind):
     def step(params, batch, key):
         def loss_of(params):
             net = nnx.merge(graphdef, params, rest)
-            views = Views(student=lambda t, p, m: net(t, positions=p, attention=m), config=net.config)
+            views = Views(student=lambda t, p, m: net(t, positions=p, attention=m).logits, config=net.config)
             return objective(views, batch, key)[0]
 
         loss, grads = jax.value_and_grad(loss_of)(params)
