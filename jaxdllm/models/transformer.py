@@ -48,7 +48,8 @@ class Transformer(nnx.Module):
         options = RunOptions() if options is None else options
         if options.scan_layers and not config.identical_layers:
             raise ConfigError(f"scan_layers needs identical layers, but this MoE model mixes "
-                              f"{config.first_dense_layers} dense layer(s) with MoE layers; set scan_layers=False")
+                              f"{config.experts.first_dense_layers} dense layer(s) with MoE layers; "
+                              "set scan_layers=False")
         self.config = config
         self.options = options
         pd = options.jnp_param_dtype
@@ -149,10 +150,11 @@ class Transformer(nnx.Module):
             kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
             out = (out, KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
                                 segment_ids=spec(("batch", "length"), cache.segment_ids.shape)))
-        if with_loads and self.config.num_experts:
+        moe = self.config.experts is not None
+        if with_loads and moe:
             out = (out, jax.sharding.PartitionSpec())  # router loads: replicated
         result = jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
-        return result if with_loads and self.config.num_experts else (result, None)
+        return result if with_loads and moe else (result, None)
 
     def _forward(self, input_ids, positions, attention, cache, logits_slice):
         c = self.config

@@ -30,7 +30,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         loads = []  # MoE: rows per expert of every student call
 
         def student(tokens, positions, mask):
-            if not model.config.num_experts:
+            if model.config.experts is None:
                 return model(tokens, positions=positions, attention=mask)
             logits, load = model(tokens, positions=positions, attention=mask, return_router_loads=True)
             loads.append(load)
