@@ -7,7 +7,7 @@ import math
 import pytest
 from flax import nnx
 
-from jaxdllm import ConfigError, ModelConfig, Transformer
+from jaxdllm import ConfigError, ModelConfig, RunOptions, Transformer
 from jaxdllm.checkpoint import config_from_hf, config_to_hf
 from jaxdllm.checkpoint.hf_names import param_location, tensor_table
 from jaxdllm.models.config import CHECKPOINT_PRESETS, PRESETS
@@ -52,8 +52,8 @@ def test_config_json_round_trips(family, name):
     c = family.presets[name]
     raw = config_to_hf(c)
     back = config_from_hf(raw)
-    # config.json carries no compute dtype and no end-of-turn id; everything else survives
-    assert back.replace(dtype=c.dtype, eot_token_id=c.eot_token_id) == c
+    # config.json carries no end-of-turn id; everything else survives
+    assert back.replace(eot_token_id=c.eot_token_id) == c
     assert config_to_hf(back) == raw
 
 
@@ -61,16 +61,14 @@ def test_config_json_round_trips(family, name):
 @pytest.mark.parametrize("family,name", TINY)
 def test_tensor_table_covers_exactly_the_parameters(family, name, scan):
     c = family.presets[name]
-    if scan:
-        if not c.identical_layers:
-            pytest.skip("a model mixing dense and MoE layers cannot scan them")
-        c = c.replace(scan_layers=True)
-    model = nnx.eval_shape(lambda: Transformer(c, rngs=nnx.Rngs(0)))
+    if scan and not c.identical_layers:
+        pytest.skip("a model mixing dense and MoE layers cannot scan them")
+    model = nnx.eval_shape(lambda: Transformer(c, RunOptions(scan_layers=scan), rngs=nnx.Rngs(0)))
     params = {path: tuple(v.get_value().shape) for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     slices: dict[tuple, set] = {}
     rows: dict[str, list] = {}
     for t in family.tensor_table(c):
-        path, index = param_location(t, c)
+        path, index = param_location(t, scan)
         assert path in params, f"{t.name} -> {path}: no such parameter"
         assert params[path][len(index):] == t.shape, t.name
         assert index not in slices.setdefault(path, set()), f"{t.name}: {path}{index} mapped twice"
@@ -96,4 +94,4 @@ def test_a_config_no_family_holds_is_an_error():
 
 def test_a_published_checkpoint_name_gives_its_preset():
     assert ModelConfig.preset("inclusionAI/LLaDA2.1-mini") == ModelConfig.preset("llada2-mini")
-    assert ModelConfig.preset("GSAI-ML/LLaDA-8B-Instruct", dtype="float32").dtype == "float32"
+    assert ModelConfig.preset("GSAI-ML/LLaDA-8B-Instruct", max_position=1024).max_position == 1024

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxdllm import ModelConfig, Transformer
+from jaxdllm import ModelConfig, RunOptions, Transformer
 from jaxdllm.flops import forward_flops, matmul_params
 
 
@@ -55,8 +55,9 @@ def test_forward_flops_within_a_few_percent_of_xla(name):
     """XLA's `cost_analysis` of the compiled forward counts the same matmuls plus the elementwise
     ops (softmax, RoPE, SiLU) this count leaves out: a little more, never less. (An MoE forward is
     not compared: XLA counts what the implementation runs, not what a token needs.)"""
-    c = ModelConfig.preset(name, param_dtype="float32", dtype="float32", attention_impl="xla")
-    graphdef, state = nnx.split(Transformer(c, rngs=nnx.Rngs(0)))
+    c = ModelConfig.preset(name)
+    options = RunOptions(param_dtype="float32", dtype="float32", attention_impl="xla")
+    graphdef, state = nnx.split(Transformer(c, options, rngs=nnx.Rngs(0)))
     batch, tokens = 2, 64
     compiled = jax.jit(lambda s, ids: nnx.merge(graphdef, s)(ids)).lower(
         state, jnp.zeros((batch, tokens), jnp.int32)).compile()
