@@ -220,10 +220,11 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
                         + (0 if _flash(o, platform) else rows * heads_local * width * slots * 4)),
         "decode_state": rows * total * 16,
     }
-    if c.num_experts:
-        routed = batch * width * c.experts_per_token  # every token of the step, on every expert shard
-        terms["moe_dispatch"] = (routed * (c.embed_dim * (act + 4) + 2 * _local(c.expert_dim, mesh.tensor) * 4)
-                                 + batch * width * c.num_experts * 4)
+    e = c.experts
+    if e is not None:
+        routed = batch * width * e.experts_per_token  # every token of the step, on every expert shard
+        terms["moe_dispatch"] = (routed * (c.embed_dim * (act + 4) + 2 * _local(e.expert_dim, mesh.tensor) * 4)
+                                 + batch * width * e.num_experts * 4)
     notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)
     return MemoryPlan(f"sampling {sampler.policy.name}/{sampler.cache.name}, batch {batch}, prompt {prompt_len}"
                       f" + {sampler.gen_length}", str(mesh), terms, notes)
@@ -285,9 +286,12 @@ def _lora_bytes(config: ModelConfig, lora, mesh: MeshShape) -> int:
 
 def expected_experts_touched(config: ModelConfig, tokens: int) -> float:
     """Distinct routed experts a forward over `tokens` tokens runs in one MoE layer, expected under
-    uniform routing (each token picks `experts_per_token` of `num_experts`): `E (1 - (1 - k/E)^T)`."""
-    e, k = config.num_experts, config.experts_per_token
-    return e * (1 - (1 - k / e) ** tokens) if e else 0.0
+    uniform routing (each token picks `experts_per_token` of `num_experts`): `E (1 - (1 - k/E)^T)`;
+    0 for a dense model."""
+    if config.experts is None:
+        return 0.0
+    e, k = config.experts.num_experts, config.experts.experts_per_token
+    return e * (1 - (1 - k / e) ** tokens)
 
 
 def step_weight_bytes(config: ModelConfig, tokens: int, dtype: str | None = None,
@@ -297,10 +301,10 @@ def step_weight_bytes(config: ModelConfig, tokens: int, dtype: str | None = None
     (`expected_experts_touched`). For a dense model, all the weights. `dtype`: as `with_weights`."""
     c, o = config, with_weights(options, dtype)
     total = parameter_bytes(c, options=o)
-    if not c.num_experts:
+    if c.experts is None:
         return total
-    per_expert = 3 * c.embed_dim * c.expert_dim * (1 if o.quantization == "int8" else _itemsize(o.param_dtype))
-    untouched = c.num_experts - expected_experts_touched(c, tokens)
+    per_expert = 3 * c.embed_dim * c.experts.expert_dim * (1 if o.quantization == "int8" else _itemsize(o.param_dtype))
+    untouched = c.experts.num_experts - expected_experts_touched(c, tokens)
     return int(total - c.num_moe_layers * untouched * per_expert)
 
 

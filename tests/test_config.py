@@ -93,6 +93,37 @@ def test_from_dict_rejects_unknown_fields():
         ModelConfig.from_dict({**PRESETS["tiny-llama"].to_dict(), "n_layers": 2})
 
 
+def test_to_dict_nests_the_expert_settings_and_from_dict_reads_the_older_flat_layout():
+    moe, dense = PRESETS["tiny-llada2"], PRESETS["tiny-llada"]
+    assert moe.to_dict()["experts"] == dataclasses.asdict(moe.experts) and dense.to_dict()["experts"] is None
+    # `jaxdllm_config.json` and training metadata written before the expert settings were nested
+    flat_moe = {**{k: v for k, v in moe.to_dict().items() if k != "experts"}, **dataclasses.asdict(moe.experts)}
+    assert ModelConfig.from_dict(flat_moe) == moe
+    older_dense = dict(num_experts=0, experts_per_token=0, expert_dim=0, num_shared_experts=0, expert_groups=1,
+                       top_groups=1, first_dense_layers=0, routed_scaling=1.0)
+    flat_dense = {**{k: v for k, v in dense.to_dict().items() if k != "experts"}, **older_dense}
+    assert ModelConfig.from_dict(flat_dense) == dense
+    with pytest.raises(ConfigError, match="both flat"):
+        ModelConfig.from_dict({**moe.to_dict(), "num_experts": 8})
+
+
+def test_a_recipe_changes_a_presets_expert_settings_in_a_table(tmp_path):
+    from jaxdllm.train import TrainConfig
+    from jaxdllm.train.setup import build_model_config, load_tokenizer
+
+    path = tmp_path / "moe.toml"
+    path.write_text('[model]\npreset = "tiny-llada2"\n[model.experts]\nnum_experts = 32\ntop_groups = 1\n')
+    recipe = TrainConfig.from_toml(path)
+    experts = build_model_config(recipe, load_tokenizer(recipe)).experts
+    assert experts == dataclasses.replace(PRESETS["tiny-llada2"].experts, num_experts=32, top_groups=1)
+    path.write_text('[model]\npreset = "tiny-llada2"\n[model.experts]\nnum_expert = 8\n')
+    with pytest.raises(ConfigError, match=r"\[model.experts\] has unknown key\(s\) \['num_expert'\]"):
+        TrainConfig.from_toml(path)
+    path.write_text('[model]\npreset = "tiny-llada2"\nnum_experts = 8\n')  # the settings live in the table
+    with pytest.raises(ConfigError, match=r"\[model\] has unknown key\(s\) \['num_experts'\]"):
+        TrainConfig.from_toml(path)
+
+
 def test_every_shipped_recipe_loads():
     """Each recipe in `training/` parses and validates (an unknown key or a bad value would fail here)."""
     from pathlib import Path

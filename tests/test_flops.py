@@ -26,10 +26,11 @@ def _by_hand(c: ModelConfig, tokens: int, keys: int, batch: int, logits: int) ->
     per_token = 0
     for layer in range(c.num_layers):
         weights, other = _attention_block(c)
-        if c.num_experts and c.is_moe_layer(layer):
+        if c.is_moe_layer(layer):
             # the router `[d, E]`, and gate, up, down `[d, e], [d, e], [e, d]` of the token's experts
-            weights += d * c.num_experts + (c.experts_per_token + c.num_shared_experts) * 3 * d * c.expert_dim
-            other += c.num_experts  # the router's expert bias
+            e = c.experts
+            weights += d * e.num_experts + (e.experts_per_token + e.num_shared_experts) * 3 * d * e.expert_dim
+            other += e.num_experts  # the router's expert bias
         else:
             weights += 3 * d * c.mlp_dim
         per_token += 2 * (weights + other)

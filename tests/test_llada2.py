@@ -2,6 +2,7 @@
 modeling code (tests/support/llada2_reference.py), grouped matmuls against a dense all-experts mix, checkpoint
 round trips, an 8-device load with experts sharded, and the compiled loop with the `llada2` preset."""
 
+import dataclasses
 import json
 import re
 
@@ -16,6 +17,7 @@ import jaxdllm
 from flax import nnx
 
 from jaxdllm import ModelConfig, RunOptions, SamplerConfig, Transformer, generate, sharding
+from jaxdllm.models import ExpertConfig
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
@@ -53,10 +55,11 @@ def _routing_loads(routing, num_experts):
 def test_config_json_reads_as_the_published_architecture(checkpoint):
     path, _, cfg = checkpoint
     c = jaxdllm.from_pretrained(path).config
-    assert (c.num_experts, c.experts_per_token, c.expert_groups, c.top_groups) == (16, cfg["num_experts_per_tok"], 4, 2)
+    e = c.experts
+    assert (e.num_experts, e.experts_per_token, e.expert_groups, e.top_groups) == (16, cfg["num_experts_per_tok"], 4, 2)
     assert (c.attention, c.block_size, c.shift_logits, c.qk_norm) == ("block_causal", 32, False, True)
     assert c.rope_dim == int(16 * cfg["partial_rotary_factor"])
-    assert c.first_dense_layers == cfg["first_k_dense_replace"]
+    assert e.first_dense_layers == cfg["first_k_dense_replace"]
 
 
 @pytest.mark.parametrize("block", [8, None], ids=["block-causal", "bidirectional"])
@@ -80,7 +83,7 @@ def test_router_picks_the_same_experts_and_weights_as_torch():
     cfg = dict(num_experts_per_tok=4, n_group=4, topk_group=2, routed_scaling_factor=2.5)
     want_idx, want_w = _route(x, w, "", cfg)
     idx, weights = route(jnp.asarray(x.numpy()), jnp.asarray(w["gate.weight"].numpy().T),
-                         jnp.asarray(w["gate.expert_bias"].numpy()), c)
+                         jnp.asarray(w["gate.expert_bias"].numpy()), c.experts)
     np.testing.assert_array_equal(np.asarray(idx), want_idx.numpy())  # same experts, same order (best first)
     np.testing.assert_allclose(np.asarray(weights), want_w.numpy(), atol=1e-6)
     assert (np.asarray(weights).sum(-1) == pytest.approx(2.5, abs=1e-5))
@@ -89,7 +92,7 @@ def test_router_picks_the_same_experts_and_weights_as_torch():
 def test_router_ties_go_to_the_lower_index():
     """Equal scores: groups and experts with lower indices win (`jax.lax.top_k`). torch's CPU top-k
     breaks such ties by its selection algorithm (8 equal scores give [6, 5, 4]), not by a rule."""
-    c = ModelConfig.preset("tiny-llada2")
+    c = ModelConfig.preset("tiny-llada2").experts
     x = jnp.ones((3, 64))
     idx, weights = route(x, jnp.zeros((64, 16)), jnp.zeros((16,)), c)
     np.testing.assert_array_equal(np.asarray(idx), [[0, 1, 2, 3]] * 3)  # groups 0 and 1, their first experts
@@ -190,16 +193,49 @@ def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
 
 def test_moe_config_errors_say_what_to_change():
     with pytest.raises(ConfigError, match="multiple of expert_groups"):
-        ModelConfig.preset("tiny-llada2", num_experts=15)
+        ModelConfig.preset("tiny-llada2", experts=dict(num_experts=15))
     with pytest.raises(ConfigError, match="top_groups"):
-        ModelConfig.preset("tiny-llada2", top_groups=5)
+        ModelConfig.preset("tiny-llada2", experts=dict(top_groups=5))
     with pytest.raises(ConfigError, match="exceeds the experts"):
-        ModelConfig.preset("tiny-llada2", experts_per_token=9)
+        ModelConfig.preset("tiny-llada2", experts=dict(experts_per_token=9))
+    with pytest.raises(ConfigError, match=r"first_dense_layers must be in \[0, num_layers=3\], got 4"):
+        ModelConfig.preset("tiny-llada2", experts=dict(first_dense_layers=4))
     with pytest.raises(ConfigError, match="scan_layers"):
         nnx.eval_shape(lambda: Transformer(ModelConfig.preset("tiny-llada2"), RunOptions(scan_layers=True),
                                            rngs=nnx.Rngs(0)))
     with pytest.raises(ConfigError, match="rotary_fraction"):
         ModelConfig.preset("tiny-llada2", rotary_fraction=0.1)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(num_experts=15, expert_groups=4), r"num_experts \(15\) must be a multiple of expert_groups \(4\)"),
+    (dict(expert_groups=4, top_groups=5), r"top_groups \(5\) cannot exceed expert_groups \(4\)"),
+    (dict(num_experts=4, experts_per_token=1, expert_groups=4), "num_experts / expert_groups must be >= 2"),
+    (dict(experts_per_token=9, expert_groups=4, top_groups=2), r"experts_per_token \(9\) exceeds the experts"),
+    (dict(num_experts=0), "num_experts must be a positive integer, got 0"),
+    (dict(expert_dim=-1), "expert_dim must be a positive integer"),
+    (dict(first_dense_layers=-1), "first_dense_layers must be >= 0"),
+    (dict(num_shared_experts=-1), "num_shared_experts must be >= 0"),
+    (dict(routed_scaling=0.0), "routed_scaling must be > 0"),
+    (dict(experts_per_token="4"), r"experts.experts_per_token must be an integer, got '4'"),
+])
+def test_expert_config_errors_say_what_to_change(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        ExpertConfig(**{**dict(num_experts=16, experts_per_token=4, expert_dim=32), **settings})
+
+
+def test_expert_settings_change_a_preset_and_num_experts_0_is_dense():
+    base = ModelConfig.preset("tiny-llada2")
+    fewer = ModelConfig.preset("tiny-llada2", experts=dict(num_experts=8))  # a table changes only what it names
+    assert fewer.experts == dataclasses.replace(base.experts, num_experts=8)
+    assert ModelConfig.preset("tiny-llada2", experts=fewer.experts) == fewer
+    dense = ModelConfig.preset("tiny-llada2", experts=dict(num_experts=0))
+    assert dense.experts is None and dense.num_moe_layers == 0 and dense.num_params == dense.active_params
+    assert ModelConfig.preset("tiny-llada2", experts=None) == dense
+    with pytest.raises(ConfigError, match=r"need \['experts_per_token', 'expert_dim'\]"):
+        ModelConfig.preset("tiny-llada", experts=dict(num_experts=8))  # a dense preset: no settings to keep
+    with pytest.raises(ConfigError, match=r"unknown expert setting\(s\) \['n_group'\]"):
+        ModelConfig.preset("tiny-llada2", experts=dict(n_group=2))
 
 
 def test_published_sizes():

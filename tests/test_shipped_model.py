@@ -112,7 +112,7 @@ def test_the_shipped_moe_model_answers_copy_in_one_forward_with_the_llada2_prese
     from jaxdllm import sampler_defaults
 
     model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
-    assert model.config.num_experts == 8 and model.config.checkpoint_format == "llada2"
+    assert model.config.experts.num_experts == 8 and model.config.checkpoint_format == "llada2"
     result = evaluate_task(model, tok, "copy", sampler_defaults(MOE, "llada2"), n=40)
     assert result["accuracy"] == 1.0 and result["mean_nfe"] <= 1.1, result
 

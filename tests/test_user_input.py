@@ -164,6 +164,17 @@ def test_normalised_values():
         "data": {"tasks": ["copy", "reverse"]}, "train": {"steps": 10}}
 
 
+def test_a_set_changes_one_key_of_a_recipes_sub_table():
+    import argparse
+
+    from jaxdllm.cli.common import recipe
+
+    assert parse_sets(["model.experts.top_groups=1"], sections=True) == {"model": {"experts": {"top_groups": 1}}}
+    args = argparse.Namespace(recipe="tasks_moe_cpu", set=["model.experts.top_groups=1"])
+    experts = recipe(args).model.overrides["experts"]
+    assert experts["top_groups"] == 1 and experts["num_experts"] == 8  # the rest of [model.experts] stays
+
+
 def test_a_setting_of_another_policy_names_the_policy_to_choose():
     with pytest.raises(ConfigError, match=r"'threshold' is a setting of policy 'threshold'.*not of 'llada'"):
         SamplerConfig(threshold=0.9)

@@ -24,8 +24,9 @@ def _parse_value(text: str):
 
 def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
     """`--set` overrides: `KEY=VALUE` -> `{key: value}`, or with `sections` `SECTION.KEY=VALUE` ->
-    `{section: {key: value}}`. Values are read as int, float, true/false, else text; a value
-    with commas is a list of such values."""
+    `{section: {key: value}}` (and `SECTION.TABLE.KEY=VALUE`, a key of a sub-table such as
+    `[model.experts]`, -> `{section: {table: {key: value}}}`). Values are read as int, float,
+    true/false, else text; a value with commas is a list of such values."""
     from jaxdllm.errors import ConfigError
 
     out: dict = {}
@@ -37,7 +38,11 @@ def parse_sets(items: list[str] | None, sections: bool = False) -> dict:
         if not sep or not key or (sections and not (dot and section and name)):
             raise ConfigError(f"--set expects {form}, got {item!r}")
         if sections:
-            out.setdefault(section, {})[name] = _parse_value(value.strip())
+            *tables, name = name.split(".")
+            table = out.setdefault(section, {})
+            for part in tables:
+                table = table.setdefault(part, {})
+            table[name] = _parse_value(value.strip())
         else:
             out[key] = _parse_value(value.strip())
     return out
@@ -69,10 +74,18 @@ def recipe(args):
     config = TrainConfig.from_toml(recipe_path(args.recipe))
     if args.set:
         raw = config.to_dict()
-        for section, values in parse_sets(args.set, sections=True).items():
-            raw.setdefault(section, {}).update(values)
+        _merge(raw, parse_sets(args.set, sections=True))
         config = TrainConfig.from_dict(raw)
     return config
+
+
+def _merge(into: dict, changes: dict) -> None:
+    """`changes` written into `into`; a sub-table changes only the keys it names."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def warn_cache_notes(model_dir: Path, configs) -> None:

@@ -45,7 +45,7 @@ def run(args) -> int:
     summary = {k: v for k, v in config.to_dict().items() if v is not None}
     summary["run_options"] = RunOptions(param_dtype=stored, dtype=stored).to_dict()
     summary["num_params"] = config.num_params
-    if config.num_experts:
+    if config.experts is not None:
         summary["active_params"] = config.active_params
     weights_present = any(directory.glob("*.safetensors")) or (directory / "model.safetensors.index.json").exists()
     if args.plan and not weights_present and not args.load:  # planning before a download: config.json is enough

@@ -3,11 +3,10 @@
 
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
-from jaxdllm.models.config import PRESETS, ModelConfig, RopeScaling
+from jaxdllm.models.config import PRESETS, ExpertConfig, ModelConfig, RopeScaling
 from jaxdllm.models.families import FAMILIES  # registers every family's presets
 from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import ForwardOutput, Transformer, align_logits
 
-__all__ = ["FAMILIES", "PRESETS", "ConfigError", "ForwardOutput", "KVCache", "ModelConfig", "RopeScaling", "RunOptions",
-           "Transformer",
-           "align_logits"]
+__all__ = ["FAMILIES", "PRESETS", "ConfigError", "ExpertConfig", "ForwardOutput", "KVCache", "ModelConfig",
+           "RopeScaling", "RunOptions", "Transformer", "align_logits"]

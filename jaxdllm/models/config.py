@@ -50,6 +50,77 @@ class RopeScaling:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpertConfig:
+    """The routed experts of an MoE model (LLaDA2 / Ling; `jaxdllm.models.moe`). Names in
+    parentheses are LLaDA2's config.json keys.
+
+    Attributes:
+      num_experts: routed experts per MoE layer (`num_experts`).
+      experts_per_token: experts each token is routed to (`num_experts_per_tok`).
+      expert_dim: SwiGLU width of one routed expert (`moe_intermediate_size`).
+      num_shared_experts: always-on experts, run as one SwiGLU of width `expert_dim *
+        num_shared_experts` added to the routed output (`num_shared_experts`).
+      expert_groups, top_groups: group-limited routing: experts split into `expert_groups`
+        contiguous groups; a token picks its experts from its `top_groups` best groups (`n_group`,
+        `topk_group`).
+      first_dense_layers: the first layers keep a dense `MLP` of width `ModelConfig.mlp_dim`
+        (`first_k_dense_replace`); the rest are MoE layers. At most `ModelConfig.num_layers`
+        (checked there).
+      routed_scaling: routing weights (normalised to sum 1) are multiplied by this
+        (`routed_scaling_factor`).
+    """
+
+    num_experts: int
+    experts_per_token: int
+    expert_dim: int
+    num_shared_experts: int = 0
+    expert_groups: int = 1
+    top_groups: int = 1
+    first_dense_layers: int = 0
+    routed_scaling: float = 1.0
+
+    def __post_init__(self):
+        check_fields(self, "experts.")
+        for name in ("num_experts", "experts_per_token", "expert_dim", "expert_groups", "top_groups"):
+            require_positive_int(getattr(self, name), name)
+        e, k, g = self.num_experts, self.experts_per_token, self.expert_groups
+        if e % g:
+            raise ConfigError(f"num_experts ({e}) must be a multiple of expert_groups ({g})")
+        if self.top_groups > g:
+            raise ConfigError(f"top_groups ({self.top_groups}) cannot exceed expert_groups ({g})")
+        if g > 1 and e // g < 2:
+            raise ConfigError(f"group-limited routing scores a group by its two best experts: "
+                              f"num_experts / expert_groups must be >= 2, got {e} / {g}")
+        if k > self.top_groups * (e // g):
+            raise ConfigError(f"experts_per_token ({k}) exceeds the experts in the {self.top_groups} chosen "
+                              f"groups ({self.top_groups * (e // g)})")
+        if self.first_dense_layers < 0:
+            raise ConfigError(f"first_dense_layers must be >= 0, got {self.first_dense_layers}")
+        if self.num_shared_experts < 0:
+            raise ConfigError(f"num_shared_experts must be >= 0, got {self.num_shared_experts}")
+        if self.routed_scaling <= 0:
+            raise ConfigError(f"routed_scaling must be > 0, got {self.routed_scaling}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], base: "ExpertConfig | None" = None) -> "ExpertConfig | None":
+        """Expert settings from a table of these fields, over `base`'s where the table leaves one
+        out; None (a dense model) when `num_experts` is 0."""
+        unknown = sorted(set(data) - set(EXPERT_FIELDS))
+        if unknown:
+            raise ConfigError(f"unknown expert setting(s) {unknown}; known: {list(EXPERT_FIELDS)}")
+        values = {**(dataclasses.asdict(base) if base is not None else {}), **data}
+        if values.get("num_experts") == 0:
+            return None
+        missing = [n for n in ("num_experts", "experts_per_token", "expert_dim") if n not in values]
+        if missing:
+            raise ConfigError(f"expert settings need {missing} (this model has no experts to take them from)")
+        return cls(**values)
+
+
+EXPERT_FIELDS = tuple(f.name for f in dataclasses.fields(ExpertConfig))
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """What a jaxdllm `Transformer` is: shape, numerics and special tokens.
 
@@ -79,18 +150,8 @@ class ModelConfig:
         `key_layernorm`).
       rotary_fraction: RoPE rotates the first `head_dim * rotary_fraction` dims of each head; the
         rest pass through (LLaDA2's `partial_rotary_factor`, 0.5).
-      num_experts: routed experts per MoE layer; 0 means a dense model (every layer an `MLP`).
-      experts_per_token: experts each token is routed to (`num_experts_per_tok`).
-      expert_dim: SwiGLU width of one routed expert (`moe_intermediate_size`).
-      num_shared_experts: always-on experts, run as one SwiGLU of width `expert_dim *
-        num_shared_experts` added to the routed output.
-      expert_groups, top_groups: group-limited routing: experts split into `expert_groups`
-        contiguous groups; a token picks its experts from its `top_groups` best groups (`n_group`,
-        `topk_group`).
-      first_dense_layers: the first layers keep a dense `MLP` of width `mlp_dim`
-        (`first_k_dense_replace`); the rest are MoE layers.
-      routed_scaling: routing weights (normalised to sum 1) are multiplied by this
-        (`routed_scaling_factor`).
+      experts: the routed-expert settings of an MoE model (`ExpertConfig`); None for a dense model
+        (every layer an `MLP`).
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -121,14 +182,7 @@ class ModelConfig:
     model_type: str = "llama"
     qk_norm: bool = False
     rotary_fraction: float = 1.0
-    num_experts: int = 0
-    experts_per_token: int = 0
-    expert_dim: int = 0
-    num_shared_experts: int = 0
-    expert_groups: int = 1
-    top_groups: int = 1
-    first_dense_layers: int = 0
-    routed_scaling: float = 1.0
+    experts: ExpertConfig | None = None
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -162,30 +216,9 @@ class ModelConfig:
         if not 0 < self.rotary_fraction <= 1 or rope_dim % 2 or rope_dim == 0:
             raise ConfigError(f"rotary_fraction must be in (0, 1] and give an even number of rotated dims; "
                               f"head_dim {self.head_dim} x {self.rotary_fraction} = {self.head_dim * self.rotary_fraction}")
-        if self.num_experts:
-            self._check_experts()
-
-    def _check_experts(self) -> None:
-        for name in ("num_experts", "experts_per_token", "expert_dim", "expert_groups", "top_groups"):
-            require_positive_int(getattr(self, name), name)
-        e, k, g = self.num_experts, self.experts_per_token, self.expert_groups
-        if e % g:
-            raise ConfigError(f"num_experts ({e}) must be a multiple of expert_groups ({g})")
-        if self.top_groups > g:
-            raise ConfigError(f"top_groups ({self.top_groups}) cannot exceed expert_groups ({g})")
-        if g > 1 and e // g < 2:
-            raise ConfigError(f"group-limited routing scores a group by its two best experts: "
-                              f"num_experts / expert_groups must be >= 2, got {e} / {g}")
-        if k > self.top_groups * (e // g):
-            raise ConfigError(f"experts_per_token ({k}) exceeds the experts in the {self.top_groups} chosen "
-                              f"groups ({self.top_groups * (e // g)})")
-        if not 0 <= self.first_dense_layers <= self.num_layers:
+        if self.experts is not None and self.experts.first_dense_layers > self.num_layers:
             raise ConfigError(f"first_dense_layers must be in [0, num_layers={self.num_layers}], "
-                              f"got {self.first_dense_layers}")
-        if self.num_shared_experts < 0:
-            raise ConfigError(f"num_shared_experts must be >= 0, got {self.num_shared_experts}")
-        if self.routed_scaling <= 0:
-            raise ConfigError(f"routed_scaling must be > 0, got {self.routed_scaling}")
+                              f"got {self.experts.first_dense_layers}")
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -195,7 +228,7 @@ class ModelConfig:
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer `index` is an MoE layer (routed experts) rather than a dense MLP."""
-        return self.num_experts > 0 and index >= self.first_dense_layers
+        return self.experts is not None and index >= self.experts.first_dense_layers
 
     @property
     def num_moe_layers(self) -> int:
@@ -223,51 +256,66 @@ class ModelConfig:
         attn = d * hd * (h + 2 * kv) + h * hd * d
         attn += (h + 2 * kv) * hd * self.qkv_bias + d * self.out_bias + 2 * hd * self.qk_norm
         dense_mlp = 3 * d * m + (2 * m + d) * self.mlp_bias
-        routed = self.experts_per_token if active else self.num_experts
-        moe_mlp = (3 * d * self.expert_dim * (routed + self.num_shared_experts)
-                   + self.num_experts * (d + 1))  # router weights + expert bias
         total = self.num_layers * (attn + 2 * d) + v * d * (1 if self.tie_embeddings else 2) + d
-        moe = self.num_moe_layers
+        e, moe = self.experts, self.num_moe_layers
+        if e is None:
+            return total + self.num_layers * dense_mlp
+        routed = e.experts_per_token if active else e.num_experts
+        moe_mlp = (3 * d * e.expert_dim * (routed + e.num_shared_experts)
+                   + e.num_experts * (d + 1))  # router weights + expert bias
         return total + moe * moe_mlp + (self.num_layers - moe) * dense_mlp
 
     def replace(self, **changes: Any) -> "ModelConfig":
-        """A copy with `changes` applied (and validated)."""
+        """A copy with `changes` applied (and validated). `experts` may be a table of expert settings
+        (a recipe's `[model.experts]`): it changes those of this config (`ExpertConfig.from_dict`)."""
+        if isinstance(changes.get("experts"), Mapping):
+            changes["experts"] = ExpertConfig.from_dict(changes["experts"], base=self.experts)
         return dataclasses.replace(self, **changes)
 
     # -- serialisation (jaxdllm's own format; HF config.json: jaxdllm.models.families) ---------
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source_config"}
-        if self.rope_scaling is not None:
-            out["rope_scaling"] = dataclasses.asdict(self.rope_scaling)
+        for name in ("rope_scaling", "experts"):
+            if out[name] is not None:
+                out[name] = dataclasses.asdict(out[name])
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
+        """The config `to_dict` wrote. Also reads the older layout with the expert settings as flat
+        keys (`num_experts`, ...; `num_experts` 0 or absent: dense), as older `jaxdllm_config.json`
+        files and training-checkpoint metadata hold them."""
+        data = dict(data)
+        flat = {k: data.pop(k) for k in EXPERT_FIELDS if k in data}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown ModelConfig fields {unknown}")
-        data = dict(data)
+        if flat:
+            if data.get("experts") is not None:
+                raise ConfigError(f"expert settings given both flat {sorted(flat)} and as experts")
+            data["experts"] = ExpertConfig.from_dict(flat) if flat.get("num_experts") else None
         if isinstance(data.get("rope_scaling"), dict):
             data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        if isinstance(data.get("experts"), dict):
+            data["experts"] = ExpertConfig.from_dict(data["experts"])
         return cls(**data)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
         """A published (or tiny test) configuration by preset name, or by the name of a published
-        checkpoint of that shape (e.g. `inclusionAI/LLaDA2.0-mini`), with field overrides."""
+        checkpoint of that shape (e.g. `inclusionAI/LLaDA2.0-mini`), with field overrides (as in
+        `replace`: a table for `experts` changes the preset's expert settings)."""
         name = CHECKPOINT_PRESETS.get(name, name)
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; known presets: {sorted(PRESETS)}")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        return PRESETS[name].replace(**overrides)
 
 
 # Fields the checkpoint itself determines; overriding them would mis-read its tensors.
 CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction",
-                      "num_experts", "experts_per_token", "expert_dim", "num_shared_experts", "expert_groups",
-                      "top_groups", "first_dense_layers", "routed_scaling"}
+                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction", "experts"}
 
 # Presets by name, and published checkpoint names -> the preset of their shape. Each model family
 # (`jaxdllm.models.families`, imported by `jaxdllm.models`) holds its own and registers them here.

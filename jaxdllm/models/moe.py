@@ -1,7 +1,7 @@
 """Routed experts (LLaDA2 / Ling MoE layers): a sigmoid router with group-limited top-k, grouped
 matmuls over the experts (`jax.lax.ragged_dot`), and always-on shared experts.
 
-Routing, per token (LLaDA2's `LLaDA2MoeGate`):
+Routing, per token (LLaDA2's `LLaDA2MoeGate`; the settings are `ModelConfig.experts`, an `ExpertConfig`):
   scores = sigmoid(x W) in float32; selection uses scores + `expert_bias`; experts are split into
   `expert_groups` contiguous groups, a group scores the sum of its two best biased scores, the
   `top_groups` best groups stay, and the `experts_per_token` best experts among them are chosen.
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdllm.models import quantize
-from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.config import ExpertConfig, ModelConfig
 from jaxdllm.models.layers import MLP, _init
 from jaxdllm.models.run_options import RunOptions
 
@@ -47,18 +47,19 @@ class ExpertKernel(nnx.Module):
         return quantize.dequantize(self.kernel[...], self.kernel_scale[...], dtype)
 
 
-def route(x: jax.Array, router: jax.Array, expert_bias: jax.Array, config: ModelConfig):
+def route(x: jax.Array, router: jax.Array, expert_bias: jax.Array, experts: ExpertConfig):
     """Group-limited top-k routing.
 
     Args:
       x: `[T, D]` token activations.
       router: `[D, E]` router weights; expert_bias: `[E]` selection bias.
+      experts: the routing settings (`ModelConfig.experts`).
 
     Returns:
       `(experts [T, k] int32, weights [T, k] float32)`: each token's chosen experts (best first)
       and their routing weights.
     """
-    c = config
+    c = experts
     scores = jax.nn.sigmoid(jnp.dot(x.astype(jnp.float32), router.astype(jnp.float32)))  # [T, E]
     biased = scores + jax.lax.stop_gradient(expert_bias.astype(jnp.float32))
     if c.expert_groups > 1:
@@ -81,19 +82,20 @@ class MoE(nnx.Module):
     def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
         c = self.config = config
         self.dtype = options.jnp_dtype  # kept in step with the model's options (`with_options`)
-        d, e, m = c.embed_dim, c.num_experts, c.expert_dim
+        d, e, m = c.embed_dim, c.experts.num_experts, c.experts.expert_dim
         self.router = nnx.Param(_init(rngs.params(), (d, e), options.jnp_param_dtype), logical_axes=("embed", None))
         self.expert_bias = nnx.Param(jnp.zeros((e,), jnp.float32), logical_axes=(None,))
         self.gate = ExpertKernel((e, d, m), ("expert", None, "mlp"), options=options, rngs=rngs)
         self.up = ExpertKernel((e, d, m), ("expert", None, "mlp"), options=options, rngs=rngs)
         self.down = ExpertKernel((e, m, d), ("expert", "mlp", None), options=options, rngs=rngs)
-        self.shared = (MLP(c, options, width=m * c.num_shared_experts, rngs=rngs) if c.num_shared_experts else None)
+        shared = c.experts.num_shared_experts
+        self.shared = MLP(c, options, width=m * shared, rngs=rngs) if shared else None
 
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         c = self.config
         b, l, d = x.shape
         flat = x.reshape(b * l, d)
-        experts, weights = route(flat, self.router[...], self.expert_bias[...], c)
+        experts, weights = route(flat, self.router[...], self.expert_bias[...], c.experts)
         dt = self.dtype
         routed, load = grouped_swiglu(flat.astype(dt), experts, weights, self.gate.value(dt),
                                       self.up.value(dt), self.down.value(dt))

@@ -67,7 +67,8 @@ class Transformer(nnx.Module):
         options = RunOptions() if options is None else options
         if options.scan_layers and not config.identical_layers:
             raise ConfigError(f"scan_layers needs identical layers, but this MoE model mixes "
-                              f"{config.first_dense_layers} dense layer(s) with MoE layers; set scan_layers=False")
+                              f"{config.experts.first_dense_layers} dense layer(s) with MoE layers; "
+                              "set scan_layers=False")
         self.config = config
         self.options = options
         pd = options.jnp_param_dtype

@@ -2,6 +2,7 @@
 
 ```toml
 [model]        # preset = "tiny-llada" (+ any ModelConfig field to override) or init_from = "DIR"
+[model.experts]  # a preset's expert settings to change (ExpertConfig fields; num_experts = 0: dense)
 [data]         # source = "tasks" | "jsonl" | "gsm8k" | "teacher" | "trajectories", seq_len, batch_size, ...
 [objective]    # kind = "mdm_sft" | "mdm_pretrain" | "block_diffusion" | "causal_lm" | "certainty_forcing"
                #        | "jacobi_forcing" | "cllm", + its settings
@@ -27,7 +28,7 @@ from typing import Any
 
 from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ExpertConfig, ModelConfig
 from jaxdllm.models.run_options import DTYPES, RunOptions, split_options
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
@@ -66,6 +67,10 @@ class ModelSection:
         # Keys that say how the model runs (`RunOptions`) go with either.
         fields, options = split_options(self.overrides)
         fixed = CHECKPOINT_FIELDS if self.init_from else {"source_config"}
+        if isinstance(fields.get("experts"), dict) and "experts" not in fixed:
+            # a [model.experts] table: changes the preset's expert settings (`ModelConfig.replace`)
+            check_overrides(ExpertConfig, fields["experts"], "[model.experts]")
+            fields = {k: v for k, v in fields.items() if k != "experts"}
         try:
             check_overrides(ModelConfig, fields, "[model]", exclude=tuple(fixed))
         except ConfigError as e:

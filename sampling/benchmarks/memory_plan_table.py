@@ -67,7 +67,7 @@ def moe_rows(report: dict) -> list[str]:
                                  f"{plan.terms['weights'] / GIB:.1f} | {plan.terms['kv_cache'] / GIB:.2f} | "
                                  f"{plan.total / GIB:.1f} | {'yes' if plan.fits(runtime) else '**no**'} | "
                                  f"{read / GIB:.1f} GiB ({expected_experts_touched(config, tokens):.0f} of "
-                                 f"{config.num_experts} experts per layer) | {floor_ms:.1f} ms |")
+                                 f"{config.experts.num_experts} experts per layer) | {floor_ms:.1f} ms |")
     return lines
 
 

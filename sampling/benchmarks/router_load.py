@@ -55,7 +55,7 @@ def main(argv=None) -> None:
 
     model, tok, _ = jaxdllm.load(args.model)
     c = model.config
-    if not c.num_experts:
+    if c.experts is None:
         raise SystemExit(f"{args.model} has no routed experts")
     examples = make_mixture(args.tasks.split(","), args.n, args.seed, split="test")
     first_step, finished = [], []
@@ -64,7 +64,7 @@ def main(argv=None) -> None:
         first_step.append(prompt + [c.mask_token_id] * len(answer))
         finished.append(prompt + answer)
     report = {"model": str(args.model), "tasks": args.tasks.split(","), "examples": len(examples),
-              "experts": c.num_experts, "experts_per_token": c.experts_per_token,
+              "experts": c.experts.num_experts, "experts_per_token": c.experts.experts_per_token,
               "moe_layers": [i for i in range(c.num_layers) if c.is_moe_layer(i)],
               "first_step": summary(loads_of(model, first_step)),
               "finished": summary(loads_of(model, finished))}

@@ -17,14 +17,15 @@ not shifted: position i predicts token i. Importing a checkpoint reads the shape
 
 config.json keys -> `ModelConfig` fields: `hidden_size` embed_dim, `num_attention_heads` /
 `num_key_value_heads` (0 means all heads) / `head_dim`, `intermediate_size` mlp_dim (the dense
-layers), `moe_intermediate_size` expert_dim, `num_experts`, `num_experts_per_tok`
-experts_per_token, `num_shared_experts`, `n_group` expert_groups, `topk_group` top_groups,
-`first_k_dense_replace` first_dense_layers, `routed_scaling_factor` routed_scaling,
-`use_qkv_bias` qkv_bias, `use_bias` out_bias (the attention output), `use_qk_norm` qk_norm,
-`partial_rotary_factor` rotary_fraction, `rope_theta` / `rope_scaling`, `rms_norm_eps`,
-`tie_word_embeddings`, `max_position_embeddings`. Refused with a named error: `norm_head`,
-`score_function` other than sigmoid, `num_nextn_predict_layers` > 0. The block size is not in
-config.json: 32, the published generation code's (`block_size` in config.json overrides it).
+layers); the expert settings (`ModelConfig.experts`, an `ExpertConfig`; `num_experts` 0 or absent:
+dense): `moe_intermediate_size` expert_dim, `num_experts`, `num_experts_per_tok` experts_per_token,
+`num_shared_experts`, `n_group` expert_groups, `topk_group` top_groups, `first_k_dense_replace`
+first_dense_layers, `routed_scaling_factor` routed_scaling; `use_qkv_bias` qkv_bias, `use_bias`
+out_bias (the attention output), `use_qk_norm` qk_norm, `partial_rotary_factor` rotary_fraction,
+`rope_theta` / `rope_scaling`, `rms_norm_eps`, `tie_word_embeddings`, `max_position_embeddings`.
+Refused with a named error: `norm_head`, `score_function` other than sigmoid,
+`num_nextn_predict_layers` > 0. The block size is not in config.json: 32, the published generation
+code's (`block_size` in config.json overrides it).
 
 Tensors (`tensor_table`): `model.word_embeddings.weight`; per layer
 `attention.query_key_value.weight` `[(H + 2 KV) hd, D]` (split into q, k, v on import, fused again
@@ -51,7 +52,7 @@ before it are decided, where the published loop finishes the EOS's block; MASK i
 from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError
-from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.config import ExpertConfig, ModelConfig
 from jaxdllm.models.families.config_json import (SPECIAL_ID_KEYS, first_id, read_rope, require,
                                                  require_silu, write_rope)
 from jaxdllm.models.families.family import Family
@@ -67,24 +68,26 @@ ATTENTION_KEY = "jaxdllm_attention"  # config.json key for an LLaDA2-layout mode
 # What the published sizes share.
 _SHARED = dict(vocab_size=VOCAB_SIZE, num_kv_heads=4, head_dim=128, attention="block_causal", block_size=BLOCK_SIZE,
                rope_theta=600000.0, norm_eps=1e-6, max_position=32768,
-               checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
-               num_experts=256, experts_per_token=8, num_shared_experts=1, expert_groups=8, top_groups=4,
-               first_dense_layers=1, routed_scaling=2.5, **SPECIAL_IDS)
+               checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5, **SPECIAL_IDS)
+# ... and their routing; only the experts' width differs.
+_EXPERTS = dict(num_experts=256, experts_per_token=8, num_shared_experts=1, expert_groups=8, top_groups=4,
+                first_dense_layers=1, routed_scaling=2.5)
 
 PRESETS = {
     # LLaDA2.0-mini / LLaDA2.1-mini (the Ling-mini-2.0 shape): 16B parameters, ~1.4B active per token.
-    "llada2-mini": ModelConfig(embed_dim=2048, num_layers=20, num_heads=16, mlp_dim=5120, expert_dim=512, **_SHARED),
+    "llada2-mini": ModelConfig(embed_dim=2048, num_layers=20, num_heads=16, mlp_dim=5120,
+                               experts=ExpertConfig(expert_dim=512, **_EXPERTS), **_SHARED),
     # LLaDA2.0-flash / LLaDA2.1-flash (the Ling-flash-2.0 shape): 100B parameters, ~6.1B active. For
     # planning: importing a checkpoint reads the shape from its config.json.
-    "llada2-flash": ModelConfig(embed_dim=4096, num_layers=32, num_heads=32, mlp_dim=9216, expert_dim=1024,
-                                **_SHARED),
+    "llada2-flash": ModelConfig(embed_dim=4096, num_layers=32, num_heads=32, mlp_dim=9216,
+                                experts=ExpertConfig(expert_dim=1024, **_EXPERTS), **_SHARED),
     # Tiny size for tests (random weights, fp32).
     "tiny-llada2": ModelConfig(
         vocab_size=256, embed_dim=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
         mlp_dim=128, attention="block_causal", block_size=8, rope_theta=600000.0, max_position=512,
         checkpoint_format="llada2", model_type="llada2_moe", qk_norm=True, rotary_fraction=0.5,
-        num_experts=16, experts_per_token=4, expert_dim=32, num_shared_experts=1, expert_groups=4,
-        top_groups=2, first_dense_layers=1, routed_scaling=2.5,
+        experts=ExpertConfig(num_experts=16, experts_per_token=4, expert_dim=32, num_shared_experts=1,
+                             expert_groups=4, top_groups=2, first_dense_layers=1, routed_scaling=2.5),
         mask_token_id=255, eos_token_id=254, pad_token_id=254),
 }
 # Hugging Face checkpoint names -> the presets of their shape.
@@ -114,15 +117,15 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
     for key in SPECIAL_ID_KEYS:
         if raw.get(key) is not None:
             ids[key] = first_id(raw[key])
-    experts = raw.get("num_experts") or 0
-    moe = {}
-    if experts:
+    experts = None
+    if raw.get("num_experts"):
         require(raw, ("moe_intermediate_size", "num_experts_per_tok"), where)
-        moe = dict(num_experts=experts, experts_per_token=raw["num_experts_per_tok"],
-                   expert_dim=raw["moe_intermediate_size"], num_shared_experts=raw.get("num_shared_experts") or 0,
-                   expert_groups=raw.get("n_group") or 1, top_groups=raw.get("topk_group") or 1,
-                   first_dense_layers=raw.get("first_k_dense_replace", 0),
-                   routed_scaling=float(raw.get("routed_scaling_factor", 1.0)))
+        experts = ExpertConfig(
+            num_experts=raw["num_experts"], experts_per_token=raw["num_experts_per_tok"],
+            expert_dim=raw["moe_intermediate_size"], num_shared_experts=raw.get("num_shared_experts") or 0,
+            expert_groups=raw.get("n_group") or 1, top_groups=raw.get("topk_group") or 1,
+            first_dense_layers=raw.get("first_k_dense_replace", 0),
+            routed_scaling=float(raw.get("routed_scaling_factor", 1.0)))
     return ModelConfig(
         vocab_size=raw["vocab_size"], embed_dim=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads,
@@ -134,7 +137,7 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
         norm_eps=float(raw.get("rms_norm_eps", 1e-5)), max_position=int(raw.get("max_position_embeddings", 16384)),
         qk_norm=bool(raw.get("use_qk_norm", True)),
         rotary_fraction=float(raw.get("partial_rotary_factor", 0.5)), checkpoint_format="llada2",
-        model_type="llada2_moe", source_config=raw, **moe, **ids)
+        model_type="llada2_moe", experts=experts, source_config=raw, **ids)
 
 
 def config_to_hf(c: ModelConfig, out: dict) -> None:
@@ -146,11 +149,12 @@ def config_to_hf(c: ModelConfig, out: dict) -> None:
                tie_word_embeddings=c.tie_embeddings, max_position_embeddings=c.max_position,
                use_qkv_bias=c.qkv_bias, use_bias=c.out_bias, use_qk_norm=c.qk_norm,
                partial_rotary_factor=c.rotary_fraction)
-    if c.num_experts:
-        out.update(num_experts=c.num_experts, num_experts_per_tok=c.experts_per_token,
-                   moe_intermediate_size=c.expert_dim, num_shared_experts=c.num_shared_experts,
-                   n_group=c.expert_groups, topk_group=c.top_groups, first_k_dense_replace=c.first_dense_layers,
-                   routed_scaling_factor=c.routed_scaling)
+    e = c.experts
+    if e is not None:
+        out.update(num_experts=e.num_experts, num_experts_per_tok=e.experts_per_token,
+                   moe_intermediate_size=e.expert_dim, num_shared_experts=e.num_shared_experts,
+                   n_group=e.expert_groups, topk_group=e.top_groups, first_k_dense_replace=e.first_dense_layers,
+                   routed_scaling_factor=e.routed_scaling)
     if c.block_size != BLOCK_SIZE or "block_size" in out:
         out["block_size"] = c.block_size
     if c.attention != "block_causal":  # a model trained otherwise (LLaDA2 checkpoints are block-causal)
@@ -189,13 +193,13 @@ def tensor_table(c: ModelConfig) -> list[TensorMapping]:
         if not c.is_moe_layer(i):
             table += swiglu(lp + "mlp.", at + ("mlp",), d, c.mlp_dim)
             continue
-        e, m = c.num_experts, c.expert_dim
+        e, m = c.experts.num_experts, c.experts.expert_dim
         table += [TensorMapping(lp + "mlp.gate.weight", at + ("mlp", "router"), (e, d), (d, e), True),
                   TensorMapping(lp + "mlp.gate.expert_bias", at + ("mlp", "expert_bias"), (e,), (e,), False)]
         for x in range(e):
             table += swiglu(lp + f"mlp.experts.{x}.", at + ("mlp",), d, m, expert=x)
-        if c.num_shared_experts:
-            table += swiglu(lp + "mlp.shared_experts.", at + ("mlp", "shared"), d, m * c.num_shared_experts)
+        if c.experts.num_shared_experts:
+            table += swiglu(lp + "mlp.shared_experts.", at + ("mlp", "shared"), d, m * c.experts.num_shared_experts)
     table.append(TensorMapping("model.norm.weight", ("final_norm", "scale"), (d,), (d,), False))
     if not c.tie_embeddings:
         table.append(TensorMapping("lm_head.weight", ("lm_head",), (v, d), (d, v), True))
