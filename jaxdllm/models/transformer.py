@@ -142,7 +142,7 @@ class Transformer(nnx.Module):
           `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) float32; `cache` the updated
           cache, or `None` without one; `router_loads` as above, else `None`.
         """
-        with_loads = return_router_loads and bool(self.config.num_experts)
+        with_loads = return_router_loads and self.config.experts is not None
         if shd.explicit_context() is not None:
             out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads)
         else:
