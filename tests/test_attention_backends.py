@@ -76,12 +76,12 @@ def _explicit_cases():
     return jax, q, k, masks
 
 
-# Every registered backend, placed both ways: one case (the sharded splash kernel) in the default run,
-# the rest in the slow run (tests/test_contracts.py checks each backend unsharded in the default run).
+# Every registered backend, placed both ways, in the slow run (the default run's 6-minute budget);
+# tests/test_contracts.py checks each backend unsharded, and tests/test_meshes.py the model under an
+# Explicit-axes mesh, in the default run.
 @pytest.mark.mesh
 @pytest.mark.parametrize("impl,placed", [
-    (i, p) if (i, p) == ("splash", "sharded") else pytest.param(i, p, marks=pytest.mark.slow)
-    for i in registries.attention_backends() for p in ("sharded", "unsharded")])
+    pytest.param(i, p, marks=pytest.mark.slow) for i in registries.attention_backends() for p in ("sharded", "unsharded")])
 def test_every_backend_under_an_explicit_axes_mesh(impl, placed):
     """Forward and gradient inside `jax.set_mesh(jax.make_mesh(...))` equal the dense reference
     outside it, for inputs that carry no sharding and for inputs sharded over the mesh; the

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from jaxdllm.compilation_cache import DEFAULT_DIR, ENV, compilation_cache_dir
 from support.cli import cli_env
 
@@ -43,6 +45,7 @@ def _generate(model_dir: Path, cache: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1]) | {"text": out.stdout.strip().splitlines()[0]}
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_second_generate_loads_the_compiled_programs(tmp_path):
     from test_cli import _tiny_llada_with_tokenizer
 

@@ -75,6 +75,7 @@ def test_jacobi_equals_transformers_greedy(saved, gen, window, variant):
     assert (np.diff(steps, axis=1) >= 0).all() and (steps.max(1) == out.nfe).all()  # decided left to right
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_recycling_accepts_repeated_spans_in_fewer_forwards(saved):
     """Random tiny models fall into loops; the pool offers the loop's continuation back, so the
     same greedy tokens come in fewer forwards (multi-block on top changes no token either)."""

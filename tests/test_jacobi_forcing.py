@@ -54,6 +54,7 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_packed_streams_equal_plain_causal_forwards(model):
     parts, batch = rows()
     logits = np.asarray(model(batch["tokens"], batch["positions"], packed_mask(batch, N)).logits)

@@ -139,6 +139,7 @@ def test_filter_file_round_trip_beside_a_model(tiny, hidden, tmp_path):
         jaxdllm.policy_params(path.parent, config)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_shipped_filter_found_by_the_preset():
     """`--preset learn2pd` on the shipped model reads its filter without flags; the Python path
     gets the same filter, and with end-of-text prediction a second block is never decoded."""

@@ -244,6 +244,7 @@ def test_published_sizes():
     assert 100e9 < flash.num_params < 105e9 and 5.9e9 < flash.active_params < 6.3e9
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_llada2_preset_runs_the_compiled_loop(tmp_path):
     """The `llada2` preset on a tiny LLaDA2 checkpoint: one compiled loop; each row equals decoding it
     alone (padding included); ragged prompt lists get an error saying how to pad."""
@@ -340,6 +341,7 @@ def test_a_bidirectional_llada2_layout_model_keeps_its_attention_through_export(
     assert jaxdllm.from_pretrained(tmp_path, attention="block_causal", block_size=8).config.block_size == 8
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_expert_bias_moves_towards_balance_and_nothing_else_moves_it():
     """Aux-loss-free balancing in the trainer: after each step every router's bias moves by exactly
     +-rate (or 0) per expert, against that step's load: the optimizer (AdamW with weight decay)
@@ -385,6 +387,7 @@ def test_inspect_plans_llada2_mini_from_its_config_json_alone(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 2  # without --plan the weights are what it checks
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 @pytest.mark.mesh
 def test_router_loads_inside_an_explicit_axes_mesh(tmp_path):
     """`jax.make_mesh` (Explicit axes, JAX's default) as the context: logits and router loads equal

@@ -166,7 +166,7 @@ def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
     assert (out.nfe <= gen).all()
 
 
-@pytest.mark.parametrize("name", ["tasks-qwen2-small", pytest.param("tasks-qwen2-small-jf", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in ("tasks-qwen2-small", "tasks-qwen2-small-jf")])
 def test_lookahead_on_the_shipped_causal_models_equals_transformers_greedy(name):
     """The published setting (and the prompt-pool variant) on the shipped models, held-out suite
     prompts: token for token transformers' greedy decoding up to EOS."""

@@ -30,6 +30,7 @@ def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh
     assert parameter_bytes(config, MeshShape(data, fsdp, tensor), options=options) == max(per_device.values())
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_the_plan_is_within_15_percent_of_xla():
     """Sampling and one training step of a small model, compiled here: the plan's total against
     XLA's arguments + temporaries + outputs - donated buffers (`sampling/benchmarks/memory_plan_check.py`

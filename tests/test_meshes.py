@@ -26,6 +26,7 @@ MESHES = {
 }
 # Auto-axes meshes are also covered by test_sharding.py / test_train.py; their runs here are slow-marked.
 KINDS = ["jax.make_mesh", pytest.param("sharding.make_mesh", marks=pytest.mark.slow)]
+SLOW_KINDS = [pytest.param(k, marks=pytest.mark.slow) for k in ("jax.make_mesh", "sharding.make_mesh")]
 
 
 def test_the_two_mesh_kinds_differ():
@@ -58,7 +59,7 @@ def test_from_pretrained_then_forward(kind, qwen):
     assert np.isfinite(np.asarray(grads.embed[...])).all()
 
 
-@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-llada2"])  # dense, MoE
+@pytest.mark.parametrize("preset", ["tiny-llada", pytest.param("tiny-llada2", marks=pytest.mark.slow)])  # dense, MoE
 def test_forward_returns_one_type_for_every_flag_inside_an_explicit_axes_mesh(preset):
     """`ForwardOutput` for every flag combination, the same structure and values inside
     `jax.set_mesh(jax.make_mesh(...))` as on one device: a part not asked for is None, and so
@@ -134,7 +135,7 @@ def _recipe() -> TrainConfig:
         "train": {"steps": 2}, "log": {"every": 1, "progress": False}})
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SLOW_KINDS)  # slow: the default run's 6-minute budget (tests/test_train.py: one mesh)
 def test_train_step_equals_one_device(kind):
     config = _recipe()
     batch = next(make_batch_iterator(make_mixture(config.data.tasks, 50, 0), build_char_tokenizer(),

@@ -185,6 +185,7 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
         assert tok.answers(out) == ANSWERS, name
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_cached_presets_are_flagged_where_the_card_measured_them_failing(llada):
     """The card's finding: on the one-block canvas the approximate caches repeat digits on the
     many-answer tasks. Both cached presets must be flagged, and the flag must be true here."""

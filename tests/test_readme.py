@@ -17,6 +17,8 @@ import symtable
 import sys
 from pathlib import Path
 
+import pytest
+
 from flax import nnx
 
 import jaxdllm
@@ -84,6 +86,7 @@ def test_each_block_stands_alone():
     assert not leaning, f"README blocks use names they never define (block index: names): {leaning}"
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_readme_python_blocks_run(tmp_path):
     model_dir = tiny_chat_llada(tmp_path / "llada")
     moe_dir = tiny_chat_llada(tmp_path / "llada2", "tiny-llada2")  # stands in for LLaDA2.0-mini

@@ -25,7 +25,7 @@ def checkpoint(tmp_path_factory):
     return hf, path
 
 
-@pytest.mark.parametrize("remat", ["none", "full"])  # "dots": tests/test_train.py
+@pytest.mark.parametrize("remat", [pytest.param("none", marks=pytest.mark.slow), "full"])  # "dots": tests/test_train.py
 def test_scanned_logits_cache_and_gradients_equal_the_unrolled_model(checkpoint, remat):
     hf, path = checkpoint
     unrolled = jaxdllm.from_pretrained(path)
@@ -70,6 +70,7 @@ def test_scanned_model_loads_sharded_and_saves_the_same_checkpoint(checkpoint, t
                                hf_logits(hf, ids), atol=1e-4)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_scanned_models_decode_the_same_tokens(checkpoint, tmp_path):
     _, path = checkpoint
     ids, mask, _ = prompts([3, 6], seed=5, vocab=128)

@@ -48,6 +48,7 @@ def test_distilled_model_card(task, card_accuracy, card_nfe, base_accuracy):
 CAUSAL = DEFAULT_MODEL.parent / "tasks-qwen2-small"
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_causal_model_decodes_with_jacobi_forcing_preset_from_the_command_line():
     out = run_cli("generate", "--model", CAUSAL, "--preset", "jacobi-forcing", "--prompt", "reverse 4821=")
     assert out.returncode == 0, out.stderr

@@ -54,7 +54,9 @@ CASES = {  # kind, block size, length (not a multiple of 128)
 }
 
 
-@pytest.mark.parametrize("kind", list(CASES))
+# Two kinds in the default run, the rest in the slow run (the default run's 6-minute budget).
+@pytest.mark.parametrize("kind", [k if k in ("bidirectional", "block_causal") else pytest.param(k, marks=pytest.mark.slow)
+                                  for k in CASES])
 def test_every_kind_with_padding_and_gqa_matches_reference(kind):
     base, length = CASES[kind]
     q, k, v, ct = _inputs(2, length, length, 4, 2)
@@ -62,6 +64,7 @@ def test_every_kind_with_padding_and_gqa_matches_reference(kind):
     _check(base.replace(q_segment_ids=seg, kv_segment_ids=seg), q, k, v, ct)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_traced_query_offset_over_a_longer_cache_compiles_once():
     q, k, v, ct = _inputs(2, 130, 300, 4, 4)
     cache = _padding(2, 300, [60, 0])                               # unwritten slots of the first row
@@ -78,11 +81,13 @@ def test_traced_query_offset_over_a_longer_cache_compiles_once():
     _check(MaskSpec(kind="causal", q_offset=jnp.asarray(120)), q, k, v, ct)   # traced under jit.grad too
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_per_row_prompt_lengths():
     q, k, v, ct = _inputs(3, 200, 200, 2, 1)
     _check(MaskSpec(kind="jacobi_forcing", block_size=16, prefix_len=jnp.asarray([40, 23, 57])), q, k, v, ct)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_rows_with_no_visible_key_are_zero_with_zero_gradients():
     q, k, v, ct = _inputs(2, 140, 140, 2, 2)
     q_seg = np.ones((2, 140), np.int32)
@@ -122,7 +127,7 @@ def test_auto_and_pallas_resolve_to_splash_on_tpu():
                                np.asarray(attend(q, k, v, mask, impl="reference")), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-block-diffusion"])
+@pytest.mark.parametrize("preset", [pytest.param("tiny-llada", marks=pytest.mark.slow), "tiny-block-diffusion"])
 def test_model_forward_and_loss_gradient_equal_reference(preset):
     model = Transformer(ModelConfig.preset(preset, max_position=256), rngs=nnx.Rngs(0))
     ids = jnp.asarray(RNG.integers(0, model.config.vocab_size, (2, 136)), jnp.int32)
@@ -144,7 +149,7 @@ def test_model_forward_and_loss_gradient_equal_reference(preset):
 
 
 @pytest.mark.mesh
-@pytest.mark.parametrize("kind", ["jax.make_mesh", pytest.param("sharding.make_mesh", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) for k in ("jax.make_mesh", "sharding.make_mesh")])
 def test_sharded_kernel_equals_unsharded(kind):
     mesh = (jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor")) if kind == "jax.make_mesh"
             else sharding.make_mesh(data=2, fsdp=2, tensor=2))

@@ -111,8 +111,7 @@ OBJECTIVES = {  # objective -> (model preset, recipe section)
 }
 
 
-@pytest.mark.parametrize("objective", [o if o == "mdm_sft" else pytest.param(o, marks=pytest.mark.slow)
-                                       for o in OBJECTIVES])
+@pytest.mark.parametrize("objective", [pytest.param(o, marks=pytest.mark.slow) for o in OBJECTIVES])
 def test_a_training_step_lowers_for_tpu_at_real_shapes(objective):
     """Forward and backward with splash (`interpret=False`) on a v5e-8 layout (fsdp 8), AdamW
     state sharded like the parameters."""

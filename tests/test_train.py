@@ -72,6 +72,7 @@ def test_sharded_step_equals_single_device_step():
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_lora_counts_trains_only_adapters_and_merged_export_matches(tmp_path):
     config = recipe(lora={"rank": 4, "alpha": 8.0, "targets": ["q", "v", "down"]}, train={"steps": 3})
     trainer = Trainer(config, mesh=one_device())
@@ -202,6 +203,7 @@ def test_a_fine_tuned_export_keeps_the_sampler_lengths_but_not_the_parents_cache
         recipe(checkpoint={"sampler": {"gen_lenght": 24}})
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_scanned_layers_with_remat_train_like_the_unrolled_model():
     """LoRA adapters stacked with their scanned kernels, remat on: the same losses, adapters and
     merged weights as the unrolled model (the adapters start from the same key either way)."""
