@@ -15,7 +15,7 @@ if _DEVICE_FLAG not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} {_DEVICE_FLAG}={MESH_DEVICES}".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The command line turns on JAX's persistent compilation cache; tests that call it in this process
-# or in children keep it off unless they name a folder themselves (tests/test_compilation_cache.py).
+# or in children keep it off unless they name a folder themselves (tests/cli/test_compilation_cache.py).
 os.environ.setdefault("JAXDLLM_COMPILATION_CACHE", "off")
 
 import jax  # noqa: E402

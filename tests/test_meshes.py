@@ -135,7 +135,7 @@ def _recipe() -> TrainConfig:
         "train": {"steps": 2}, "log": {"every": 1, "progress": False}})
 
 
-@pytest.mark.parametrize("kind", SLOW_KINDS)  # slow: the default run's 6-minute budget (tests/test_train.py: one mesh)
+@pytest.mark.parametrize("kind", SLOW_KINDS)  # slow: the default run's 6-minute budget (tests/train/test_train.py: one mesh)
 def test_train_step_equals_one_device(kind):
     config = _recipe()
     batch = next(make_batch_iterator(make_mixture(config.data.tasks, 50, 0), build_char_tokenizer(),

@@ -38,7 +38,7 @@ Backend = Callable[..., jax.Array]
 _BACKENDS: dict[str, Backend] = {}
 
 # NVIDIA GPU, impl="auto": the backend per mask kind, from the H100 measurements in
-# sampling/results/attention_benchmark_h100.json (which tests/test_attention_backends.py reads to
+# sampling/results/attention_benchmark_h100.json (which tests/attention/test_attention_backends.py reads to
 # check this table): cuDNN is faster on dense and causal masks; the tile kernel is faster where it
 # skips most tiles (block diffusion, Jacobi Forcing). Block-causal was not measured; it is
 # structured like them.

@@ -157,7 +157,7 @@ class PrefixCache(_Refreshed):
     per row and step, small beside the weight read at batch 1 and not at large batches, while
     the shorter windows feed fewer tokens than a fixed G-token window (GPU timings in
     `sampling/results/`). The dual and block caches copy nothing per step
-    (`tests/test_profile_sampler.py`)."""
+    (`tests/benchmarks/test_profile_sampler.py`)."""
 
     name = "prefix"
 

@@ -37,7 +37,7 @@ SEED, GEN, BLOCK = 1234, 16, 16
 
 
 class NoMask(torch.nn.Module):
-    """The port's model with the MASK logit at -1e30, as in tests/test_torch_port_caches.py."""
+    """The port's model with the MASK logit at -1e30, as in tests/decoding/test_torch_port_caches.py."""
 
     def __init__(self, model, mask_id):
         super().__init__()

@@ -130,7 +130,7 @@ def test_every_shipped_recipe_loads():
 
     from jaxdllm.train import TrainConfig
 
-    recipes = sorted((Path(__file__).resolve().parents[1] / "training").glob("*.toml"))
+    recipes = sorted((Path(__file__).resolve().parents[2] / "training").glob("*.toml"))
     assert len(recipes) >= 10
     for path in recipes:
         TrainConfig.from_toml(path)

@@ -4,7 +4,7 @@ process with 1 device, and every run gives the same per-step losses and final pa
 
 Each distributed process builds the same global batch and keeps its half
 (`BatchConfig(num_shards=2, shard_index=i)`), and `make_array_from_process_local_data` assembles
-the global batch, so the three runs see identical data. The worker is `tests/multihost_worker.py`;
+the global batch, so the three runs see identical data. The worker is `tests/train/multihost_worker.py`;
 all four processes run concurrently (the two distributed ones must), each with its own
 `XLA_FLAGS` so that the 8 fake devices of `conftest.py` are not inherited.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 WORKER = Path(__file__).with_name("multihost_worker.py")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
 
 

@@ -62,7 +62,7 @@ def causal_model():
 @pytest.mark.parametrize("policy", registries.policies())
 def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
     if policy not in POLICY_SETUP:
-        pytest.fail(f"policy {policy!r} is registered but has no entry in POLICY_SETUP (tests/test_sampler.py): "
+        pytest.fail(f"policy {policy!r} is registered but has no entry in POLICY_SETUP (tests/decoding/test_sampler.py): "
                     "add one ({} if the shared LLaDA model and config suffice)")
     setup = POLICY_SETUP[policy]
     net = causal_model if setup.get("model") == "causal" else model

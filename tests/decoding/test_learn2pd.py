@@ -18,7 +18,7 @@ from jaxdllm.train.distill.teacher import _states
 from support.cli import run_cli
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
-SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-llada-small"
+SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints" / "tasks-llada-small"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train.distill import generate_answers
 
-MODEL = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-qwen2-small"
+MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "tasks-qwen2-small"
 
 
 @pytest.fixture(scope="module")

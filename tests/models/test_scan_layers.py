@@ -25,7 +25,7 @@ def checkpoint(tmp_path_factory):
     return hf, path
 
 
-@pytest.mark.parametrize("remat", [pytest.param("none", marks=pytest.mark.slow), "full"])  # "dots": tests/test_train.py
+@pytest.mark.parametrize("remat", [pytest.param("none", marks=pytest.mark.slow), "full"])  # "dots": tests/train/test_train.py
 def test_scanned_logits_cache_and_gradients_equal_the_unrolled_model(checkpoint, remat):
     hf, path = checkpoint
     unrolled = jaxdllm.from_pretrained(path)

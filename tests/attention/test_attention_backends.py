@@ -11,7 +11,7 @@ import pytest
 from jaxdllm.attention import GPU_AUTO, MaskSpec, resolve_impl
 from support import registries
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "sampling" / "results" / "attention_benchmark_h100.json"
+BENCHMARK = Path(__file__).resolve().parents[2] / "sampling" / "results" / "attention_benchmark_h100.json"
 KIND_OF = {"dense": "bidirectional", "causal": "causal", "block_diffusion": "block_diffusion",
            "jacobi_forcing": "jacobi_forcing"}
 

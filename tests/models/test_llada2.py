@@ -23,7 +23,7 @@ from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
 from support.llada2_reference import TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint
 
-TOL = 1e-4  # the fp32 parity tolerance of tests/test_hf_parity.py
+TOL = 1e-4  # the fp32 parity tolerance of tests/checkpoint/test_hf_parity.py
 VARIANTS = {
     "published": {},
     "biases": dict(use_qkv_bias=True, use_bias=True),

@@ -1,7 +1,7 @@
-"""Worker for tests/test_train_multihost.py: train a tiny model for a few steps, write the losses.
+"""Worker for tests/train/test_train_multihost.py: train a tiny model for a few steps, write the losses.
 
-    python tests/multihost_worker.py OUT.json                            # one process, all local devices
-    python tests/multihost_worker.py OUT.json --port P --process-id I --num-processes N
+    python tests/train/multihost_worker.py OUT.json                            # one process, all local devices
+    python tests/train/multihost_worker.py OUT.json --port P --process-id I --num-processes N
 
 The parent sets XLA_FLAGS (the local device count) and JAX_PLATFORMS in the environment; with
 `--port` this process joins a `jax.distributed` cluster on 127.0.0.1 with CPU (gloo) collectives.

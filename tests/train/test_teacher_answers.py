@@ -24,7 +24,7 @@ from jaxdllm.train.distill import check_answer, generate_answers, read_answers
 from jaxdllm.train.distill.teacher import read_prompt_files
 from support.cli import cli_command, cli_env
 
-SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "tasks-llada-small"
+SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints" / "tasks-llada-small"
 ONE_TOKEN_PER_STEP = SamplerConfig(gen_length=16, block_length=16, steps=16)
 
 
