@@ -14,9 +14,15 @@ from jaxdllm.train import TrainConfig
 TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, max_position=1024)
 
 
-@pytest.mark.parametrize("model", ["tiny-llada", "tiny-llada2"])
-@pytest.mark.parametrize("quantization", [None, "int8"])
-@pytest.mark.parametrize("mesh_shape", [(1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2)])
+# Every mesh for the float dense model, and int8 MoE on one mesh, in the default run; the other
+# combinations in the slow run (the default run's 6-minute budget).
+PLACEMENTS = [(mesh, quantization, model) for model in ("tiny-llada", "tiny-llada2") for quantization in (None, "int8")
+              for mesh in ((1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2))]
+DEFAULT_PLACEMENTS = {(m, None, "tiny-llada") for m in ((1, 1, 1), (1, 8, 1), (2, 2, 2), (1, 4, 2))} | {((1, 4, 2), "int8", "tiny-llada2")}
+
+
+@pytest.mark.parametrize("mesh_shape,quantization,model", [
+    p if p in DEFAULT_PLACEMENTS else pytest.param(*p, marks=pytest.mark.slow) for p in PLACEMENTS])
 @pytest.mark.mesh
 def test_parameter_bytes_equal_the_largest_device_share_of_a_real_placement(mesh_shape, quantization, model):
     data, fsdp, tensor = mesh_shape

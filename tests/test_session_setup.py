@@ -28,6 +28,7 @@ def test_flags_set_before_the_run_keep_the_mesh_devices():
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_a_mesh_test_without_its_devices_fails_and_says_why():
     run = _run_one_mesh_test("--xla_force_host_platform_device_count=2")
     assert run.returncode == 1, run.stdout[-2000:]

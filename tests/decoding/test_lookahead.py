@@ -38,6 +38,7 @@ def test_lookahead_equals_transformers_greedy(saved, setting):
     assert per_step.max() <= level  # at most the n-gram's N - 1 tokens plus the prediction after them
 
 
+@pytest.mark.slow  # the default run's 6-minute budget
 def test_repeated_text_is_accepted_several_tokens_a_forward_and_the_kv_move_keeps_it_exact(saved, monkeypatch):
     """Random tiny models fall into loops; the pool learns the loop's n-grams and later steps accept
     them whole, with the same greedy tokens. Without moving the accepted branch's K/V into place

@@ -83,7 +83,18 @@ def _port_kwargs(policy, gen, block, steps, extra):
     return kw
 
 
-@pytest.mark.parametrize("policy,gen,block,steps,extra", CASES,
+def first_of_each(cases: list[tuple]) -> list:
+    """The first case of each policy as it is; the policy's other cases in the slow run (the default
+    run's 6-minute budget)."""
+    seen: set = set()
+    out = []
+    for case in cases:
+        out.append(case if case[0] not in seen else pytest.param(*case, marks=pytest.mark.slow))
+        seen.add(case[0])
+    return out
+
+
+@pytest.mark.parametrize("policy,gen,block,steps,extra", first_of_each(CASES),
                          ids=[f"{c[0]}-G{c[1]}-B{c[2]}-S{c[3]}-{'-'.join(c[4]) or 'default'}" for c in CASES])
 def test_generate_matches_torch_port_and_python_loop(setup, policy, gen, block, steps, extra):
     path, torch_fn = setup
@@ -121,7 +132,7 @@ DREAM_CASES = [("maskgit_plus", 16, 16), ("topk_margin", 16, 16), ("entropy", 16
                ("maskgit_plus", 24, 5)]
 
 
-@pytest.mark.parametrize("alg,gen,steps", DREAM_CASES, ids=[f"{a}-G{g}-S{s}" for a, g, s in DREAM_CASES])
+@pytest.mark.parametrize("alg,gen,steps", first_of_each(DREAM_CASES), ids=[f"{a}-G{g}-S{s}" for a, g, s in DREAM_CASES])
 def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
     """Dream's sampler (token-shifted logits, timestep schedule) on a shifted model."""
     from sampling.torch_reference.torch_port import generate_dream

@@ -116,6 +116,7 @@ def test_grouped_matmuls_equal_a_dense_mix_of_all_experts():
     np.testing.assert_array_equal(np.asarray(load), np.bincount(np.asarray(experts).reshape(-1), minlength=e))
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_bf16_checkpoint_matches_torch_in_bf16(tmp_path):
     """bf16: logits of the positions whose routing agrees stay within bf16 noise; a few tokens may
     route differently in bf16 (the router's inputs differ in their last bits)."""
@@ -170,6 +171,7 @@ def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
     assert agree >= 0.9
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 @pytest.mark.mesh
 def test_sharded_load_puts_whole_experts_on_each_fsdp_shard(tmp_path):
     weights = make_llada2_checkpoint(tmp_path)
@@ -298,7 +300,8 @@ def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold,
 
 
 @pytest.mark.parametrize("scale,threshold,editing_threshold,max_post_steps",
-                         [(6, 0.5, 0.3, 16), pytest.param(10, 0.7, 0.5, 4, marks=pytest.mark.slow)])
+                         [pytest.param(6, 0.5, 0.3, 16, marks=pytest.mark.slow),  # the default run's 6-minute budget
+                          pytest.param(10, 0.7, 0.5, 4, marks=pytest.mark.slow)])
 def test_token_editing_equals_the_published_loop(tmp_path, scale, threshold, editing_threshold, max_post_steps):
     """LLaDA2.1's `token_editing` policy in the compiled loop against the published loop (torch model,
     torch loop), on a checkpoint whose LM head is scaled so that tokens get committed, then edited:

@@ -68,7 +68,7 @@ def test_the_int8_model_equals_a_float_model_holding_the_dequantized_weights(pre
     np.testing.assert_allclose(np.asarray(int8(ids).logits), np.asarray(rounded(ids).logits), atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("preset", ["tiny-llada", "tiny-qwen2"])
+@pytest.mark.parametrize("preset", [pytest.param("tiny-llada", marks=pytest.mark.slow), "tiny-qwen2"])  # 6-minute budget
 def test_int8_logits_are_within_the_stated_tolerance_of_bf16(preset):
     model = Transformer(ModelConfig.preset(preset), RunOptions("bfloat16", "bfloat16"), rngs=nnx.Rngs(0))
     int8 = quantize_weights(model)
@@ -81,8 +81,9 @@ def test_int8_logits_are_within_the_stated_tolerance_of_bf16(preset):
     assert weights(int8) < 0.75 * weights(model)  # the tiny model's embedding table stays bf16
 
 
-@pytest.mark.parametrize("scan", [False, True])
-@pytest.mark.parametrize("mesh_shape", [None, pytest.param((1, 4, 2), marks=pytest.mark.mesh)])
+@pytest.mark.parametrize("scan,mesh_shape", [  # two of four in the default run (its 6-minute budget)
+    (False, None), pytest.param(True, (1, 4, 2), marks=pytest.mark.mesh),
+    pytest.param(True, None, marks=pytest.mark.slow), pytest.param(False, (1, 4, 2), marks=[pytest.mark.mesh, pytest.mark.slow])])
 def test_import_quantizes_each_tensor_in_its_shard(tmp_path, scan, mesh_shape):
     model = Transformer(ModelConfig.preset("tiny-llada"), rngs=nnx.Rngs(0))
     save_pretrained(model, tmp_path)

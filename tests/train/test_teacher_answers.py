@@ -81,6 +81,7 @@ def test_deterministic_per_seed(teacher, tmp_path):
     assert runs["a"] != runs["c"]
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_mesh_sharded_teacher_equals_one_device(teacher, tmp_path):
     _, tok = teacher
     examples = make_mixture(["perm", "add"], 6, seed=1)
