@@ -4,7 +4,9 @@ with outputs has no error cell."""
 
 import json
 import re
+from pathlib import Path
 
+import jax
 import pytest
 
 pytest.importorskip("nbclient", reason="the notebooks extra: pip install -e '.[notebooks]'")
@@ -36,7 +38,13 @@ def test_notebooks_name_no_root_relative_path():
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", [ROOT, COLAB], ids=["from-root", "from-colab"])
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(source, folder, tmp_path):
+def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
+    # The notebooks turn on the persistent compilation cache (`jaxdllm.enable_compilation_cache()`); here
+    # it is the test processes' folder, so a notebook's second run (the other working folder) loads the
+    # programs its first run compiled, as a user's second session does.
+    cache = jax.config.jax_compilation_cache_dir
+    if cache:
+        monkeypatch.setenv("JAXDLLM_COMPILATION_CACHE", str(Path(cache) / "notebooks"))
     target, seconds = execute(source, tmp_path, cwd=folder)  # raises CellExecutionError on any failing cell
     cells = json.loads(target.read_text())["cells"]
     outputs = [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
