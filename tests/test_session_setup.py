@@ -34,3 +34,14 @@ def test_a_mesh_test_without_its_devices_fails_and_says_why():
     assert run.returncode == 1, run.stdout[-2000:]
     assert "needs 8 CPU devices but JAX has 2" in run.stdout, run.stdout[-2000:]
     assert "unset XLA_FLAGS or give --xla_force_host_platform_device_count=8" in run.stdout
+
+
+def test_without_torch_only_the_modules_that_import_it_skip():
+    """Collection with torch blocked (as if the test extra were not installed): no collection error,
+    the torch modules are skipped with the reason, and the others still collect."""
+    code = ("import sys; sys.modules['torch'] = None; import pytest; sys.exit(pytest.main(['--collect-only', '-q', "
+            "'-rs', '-p', 'no:cacheprovider', '-p', 'no:xdist', 'tests/models/test_llada.py', 'tests/data/test_data.py']))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAXDLLM_TEST_COMPILATION_CACHE": "off"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]  # a collection error exits 2
+    assert "test_llada.py:0: needs torch" in run.stdout and "tests/data/test_data.py::" in run.stdout
