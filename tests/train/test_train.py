@@ -235,6 +235,8 @@ def test_an_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path, monkey
     stops; the same run resumed ends with the weights and metrics.jsonl of a run never stopped."""
     import signal
 
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a job started in the background
+
     from jaxdllm.errors import TrainingInterrupted
 
     config = recipe(train={"steps": 12}, checkpoint={"every": 5}, log={"every": 3, "progress": False})
@@ -258,7 +260,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights_and_log(tmp_path, monkey
     first.close()
     assert (stopped.value.step, stopped.value.signum, stopped.value.saved) == (7, signal.SIGINT, True)
     monkeypatch.setattr(Trainer, "train_step", step)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
 
     resumed = Trainer(config, workdir=tmp_path / "stopped", mesh=one_device())
     assert resumed.restore() and resumed.step == 7
