@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from support.cli import run_cli as _run
@@ -65,6 +66,7 @@ def test_generate_prints_text_and_nfe(tmp_path):
     assert "[nfe " in out.stderr and "16 answer tokens of 16" in out.stderr
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_generate_bad_options_are_readable(tmp_path):
     out = _run("generate", "--prompt", "x", "--gen-length", "20", "--block-length", "8")
     assert out.returncode == 2 and "gen_length (20) must be a multiple of block_length (8)" in out.stderr

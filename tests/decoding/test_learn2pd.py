@@ -160,6 +160,7 @@ def test_shipped_filter_found_by_the_preset():
     assert (results[True].nfe < results[False].nfe).all()  # EoTP: the all-EOS block is never decoded
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_eval_decodes_with_the_filter_and_keys_items_by_it(tmp_path):
     from jaxdllm.eval import evaluate, resolve_tasks
 

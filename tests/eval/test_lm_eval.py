@@ -81,6 +81,7 @@ class _Request:
         self.args = args
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_masked_loglikelihood_of_one_token_is_exact():
     """With a one-token continuation every Monte-Carlo sample masks that token, so the estimate is
     log p(token | context, [MASK]) read off one dense forward."""

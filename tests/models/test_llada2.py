@@ -155,6 +155,7 @@ def test_round_trip_is_bit_identical_with_fused_qkv_split_across_files(tmp_path)
     assert config["model_type"] == "llada2_moe" and config["num_experts"] == 16 and config["n_group"] == 4
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
     make_llada2_checkpoint(tmp_path, first_k_dense_replace=0)  # identical layers: scan can stack them
     plain = jaxdllm.from_pretrained(tmp_path)

@@ -106,6 +106,7 @@ def test_loss_equals_pairwise_reference(model, kind):
                                                     for _, n, c in parts for j in range(len(c)) if (n[j] != c[j]).any())
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_consistency_is_zero_when_noisy_equals_clean(model):
     parts, _ = rows()
     examples = [pack(p, c, c) for p, _, c in parts]
