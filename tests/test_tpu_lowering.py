@@ -56,6 +56,7 @@ def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
     _check(_export_decode(preset, mesh_shape))
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_llada_8b_with_int8_weights_lowers_for_one_tpu_chip():
     """What notebook 02 runs on a Colab v5e-1: LLaDA-8B, int8 linear layers, the dual cache, one chip."""
     mesh = sharding.make_mesh(data=1, fsdp=1, tensor=1, devices=jax.devices()[:1])

@@ -58,6 +58,7 @@ def test_a_library_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     assert out.returncode != 0 and "Traceback" in out.stderr
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     proc = start_cli("eval", "--tasks", "copy,reverse,sort", "--n", "400", "--batch-size", "20", "--no-progress",
                      "--out", tmp_path / "ev")
@@ -228,6 +229,7 @@ def test_a_prompt_that_fills_the_model_says_so(shipped):
         jaxdllm.generate(model, np.ones((1, 70), np.int32), defaults)
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_text_the_tokenizer_does_not_know_is_named(shipped, tmp_path):
     _, tok, _ = shipped
     with pytest.raises(errors.DataError, match=r"does not know '١' at 8, '٢' at 9, '٣' at 10 in 'reverse ١٢٣='"):

@@ -46,7 +46,8 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("shift", [False, True], ids=["llada", "token-shifted"])
+@pytest.mark.parametrize("shift", [False, pytest.param(True, marks=pytest.mark.slow)],  # slow: 6-minute budget
+                         ids=["llada", "token-shifted"])
 @pytest.mark.parametrize("policy,gen,block,steps", [("threshold", 32, 8, 32),
                                                     pytest.param("llada", 24, 8, 12, marks=pytest.mark.slow),
                                                     pytest.param("entropy", 32, 16, 32, marks=pytest.mark.slow)])

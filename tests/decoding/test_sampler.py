@@ -109,6 +109,7 @@ def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model, compiles):
     assert text.count("while[") == 1 and "callback" not in text
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_stepwise_python_loop_equals_compiled_loop(model):
     ids, mask, _ = prompts([3, 6], seed=6)
     for config in (cfg(policy="threshold", cache="dual"), cfg(policy="llada")):

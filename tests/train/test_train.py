@@ -35,6 +35,7 @@ def one_device():
     return make_mesh(devices=jax.devices()[:1])
 
 
+@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_loss_falls_on_the_task_suite():
     trainer = Trainer(recipe(train={"steps": 80}, data={"examples_per_task": 400}), mesh=one_device())
     history = trainer.train()
