@@ -100,7 +100,7 @@ class Transformer(nnx.Module):
                               "checkpoint with them instead")
         options = self.options.replace(**changes)
         view = nnx.merge(*nnx.split(self))
-        for _, module in view.iter_modules():
+        for _, module in nnx.iter_modules(view):
             if isinstance(module, Einsum | MoE):
                 module.dtype = options.jnp_dtype
             if isinstance(module, Attention):
