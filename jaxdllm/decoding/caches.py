@@ -79,13 +79,13 @@ class Cache(Settings):
 
 
 def block_start(state, lay, config):
-    return lay.prompt_len + state.block * config.block_length
+    return lay.decode_start + state.block * config.block_length
 
 
 def logits_span(state, lay, config, span: str) -> tuple:
     """`(start, length)` in canvas positions of the logits a step needs (shifted models: one earlier)."""
     if span == "answer":
-        return lay.prompt_len - lay.shift, config.gen_length
+        return lay.decode_start - lay.shift, lay.decode_width
     return block_start(state, lay, config) - lay.shift, config.block_length
 
 
@@ -99,7 +99,7 @@ class NoCache(Cache):
     def forward(self, model, state, view, lay, config, span):
         canvas, positions, seg = state.canvas, view.positions, view.seg
         if config.cfg_scale > 0:  # the unconditional copy: the prompt replaced by MASK
-            uncond = jnp.where(jnp.arange(lay.total) < lay.prompt_len, lay.mask_id, canvas)
+            uncond = jnp.where((jnp.arange(lay.total) < lay.prompt_len) & ~view.answer, lay.mask_id, canvas)
             canvas = jnp.concatenate([canvas, uncond])
             positions, seg = jnp.concatenate([positions, positions]), jnp.concatenate([seg, seg])
         logits = model(canvas, positions, lay.mask(seg, seg),
@@ -165,7 +165,7 @@ class PrefixCache(_Refreshed):
     def window(lay, config, block: int) -> tuple[int, int]:
         """`(start, width)` in canvas positions of what a cached step of block `block` feeds."""
         offset = block * config.block_length
-        return lay.prompt_len + offset - lay.shift, config.gen_length - offset + lay.shift
+        return lay.decode_start + offset - lay.shift, lay.decode_width - offset + lay.shift
 
     def cached(self, model, state, view, lay, config, cache):
         def branch(block):
@@ -177,8 +177,9 @@ class PrefixCache(_Refreshed):
                              logits_slice=(0, config.block_length))
             return run
 
-        branches = [branch(b) for b in range(config.num_blocks)]
-        return jax.lax.switch(jnp.minimum(state.block, config.num_blocks - 1), branches, cache)
+        blocks = lay.num_blocks(config.block_length)
+        branches = [branch(b) for b in range(blocks)]
+        return jax.lax.switch(jnp.minimum(state.block, blocks - 1), branches, cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,8 +229,10 @@ class BlockCache(Cache):
         return max(config.block_length, lay.block_size)
 
     def init(self, model, canvas, view, lay, config):
-        """The prompt's K/V, once (not a decoding step: not in `nfe`)."""
-        Lp = lay.prompt_len
+        """The K/V of the prompt's whole blocks before the first decoded block, once (not a
+        decoding step: not in `nfe`). The prompt tails that share the first decoded block are fed
+        with it, each step, as the published loops feed them."""
+        Lp = lay.decode_start
         cache = model.init_cache(canvas.shape[0], lay.total)
         if Lp:
             cache = model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
@@ -238,7 +241,7 @@ class BlockCache(Cache):
 
     def forward(self, model, state, view, lay, config, span):
         W = self.window(lay, config)
-        window_start = lay.prompt_len + (state.block * config.block_length) // W * W
+        window_start = lay.decode_start + (state.block * config.block_length) // W * W
         start = window_start - lay.shift
         ids, pos, q_seg = view.window(state.canvas, start, W + lay.shift)
         # The window's slots keep this step's (not yet final) K/V: no later block can see them,
@@ -253,8 +256,8 @@ class BlockCache(Cache):
         tokens (the last step's K/V came from the canvas before that step's commits). One forward
         of W tokens, not in `nfe`. Skipped after the last window: nothing reads it."""
         W, bl = self.window(lay, config), config.block_length
-        finished = block_full & ((state.block * bl) % W == 0) & (state.block < config.num_blocks)
-        start = lay.prompt_len + state.block * bl - W
+        finished = block_full & ((state.block * bl) % W == 0) & (state.block < lay.num_blocks(bl))
+        start = lay.decode_start + state.block * bl - W
 
         def write(cache):
             ids, pos, q_seg = view.window(state.canvas, start, W)

@@ -19,7 +19,7 @@ is how a policy or cache defined outside the package plugs in.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from jaxdllm.decoding import caches as caches_lib
 from jaxdllm.decoding import policies as policies_lib
@@ -69,10 +69,13 @@ class SamplerConfig:
       temperature: 0 = greedy; > 0 samples (Gumbel-max, = softmax(logits / T)).
       cfg_scale: classifier-free guidance `u + (cfg + 1)(c - u)`, u with the prompt masked
         (cache `none` only).
-      stop_at_eos: a row stops once it has decided EOS and everything before it; the rest of
-        its answer is EOS. Off reproduces the published LLaDA sampler exactly.
-      prompt_bucket: prompts are left-padded to a multiple of this (block-causal models: of
-        lcm(prompt_bucket, block_size)), so a new prompt in the same bucket reuses the compiled loop.
+      stop_at_eos: False: every row decodes all of its answer (the published LLaDA sampler).
+        True: a row stops once it has decided EOS and everything before it. "block": a row stops
+        once the block that holds its EOS is finished (the published LLaDA2 loops; diffusion
+        blocks only). A stopped row's remaining answer is EOS.
+      prompt_bucket: prompts are left-padded to a multiple of this (block-causal models: the
+        whole blocks before the first decoded block, to a multiple of its lcm with the blocks), so a
+        new prompt in the same bucket reuses the compiled loop.
       max_trajectory: record the canvas after each of the first `max_trajectory` steps.
     """
 
@@ -83,7 +86,7 @@ class SamplerConfig:
     cache: caches_lib.Cache
     temperature: float
     cfg_scale: float
-    stop_at_eos: bool
+    stop_at_eos: bool | Literal["block"]
     prompt_bucket: int
     max_trajectory: int
 
@@ -246,15 +249,15 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # entropy ordering, greedy tokens.
     "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),
     # LLaDA2.0 (MoE block diffusion) generate(): blocks of 32 with 32 steps each, i.e. at least one
-    # token per step plus every masked position whose top-1 probability clears 0.95; greedy; a row
-    # stops at its EOS. (The published loop finishes the EOS's block before stopping and starts
-    # decoding in the block holding the prompt's end; here generation starts on a block boundary.
-    # jaxdllm/models/families/llada2.py lists the differences.)
-    "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95, stop_at_eos=True),
+    # token per step plus every masked position whose top-1 probability clears 0.95; greedy;
+    # decoding starts in the block holding the prompt's end and a row stops after the block that
+    # holds its EOS, as the published loop (jaxdllm/models/families/llada2.py lists what differs).
+    "llada2": SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.95,
+                            stop_at_eos="block"),
     # LLaDA2.1: the same mask commits plus token editing (committed tokens re-decided above 0.9, a
     # block held open for up to 16 mask-free steps while edits continue).
     "llada2.1": SamplerConfig(gen_length=256, block_length=32, policy="token_editing", threshold=0.95,
-                              editing_threshold=0.9, max_post_steps=16, stop_at_eos=True),
+                              editing_threshold=0.9, max_post_steps=16, stop_at_eos="block"),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
     "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
     # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the

@@ -34,13 +34,16 @@ class DraftCanvas:
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
             raise ConfigError(f"policy={config.policy.name!r} keeps its own exact KV cache: leave cache='none'")
+        if config.stop_at_eos == "block":
+            raise ConfigError(f"stop_at_eos='block' finishes a diffusion block; policy={config.policy.name!r} "
+                              "decodes without blocks: use stop_at_eos=True")
 
     def check_model(self, model_config, config) -> None:
         if model_config.attention != "causal":
             raise ConfigError(f"policy={config.policy.name!r} decodes causal models; the model's attention is "
                               f"{model_config.attention!r}")
 
-    def max_steps(self, config) -> int:
+    def max_steps(self, config, lay=None) -> int:
         return config.gen_length  # every step accepts at least one token of every active row
 
     def cache_slots(self, config, lay) -> int:
@@ -108,7 +111,7 @@ class DraftCanvas:
                               first, commit, verdict.tokens, nfe,
                               draft=jnp.where(candidates, verdict.tokens, draft))
         if config.stop_at_eos:
-            state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
+            state = stop_at_eos(state, lay.eos_id, view.answer)
         state = state.replace(done=state.done | ~state.undecided.any(1))
         return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
 

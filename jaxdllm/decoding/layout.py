@@ -3,6 +3,13 @@
 Prompts are left-padded to a multiple of the prompt bucket with segment id 0, and the canvas
 carries logical RoPE positions, so padding changes neither the mask nor the positions a row
 sees, and a new prompt in the same bucket reuses the compiled loop.
+
+Block-causal models decode in the published layout (LLaDA2.0/2.1, Fast-dLLM v2, BD3-LM): a row's
+blocks sit at absolute positions, multiples of the block from the start of its sequence, and
+decoding starts in the block that holds the end of its prompt. `prepare_block_prompts` pads each
+row by whole blocks, so every row's blocks are canvas blocks and the batch shares one block
+schedule: the prompt tails share the first decoded block with the first answer tokens (the
+layout's `lead` columns), and each row's answer starts at its own column (`answer_start`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ class Layout(NamedTuple):
       shift: 1 for token-shifted models (the logit at i-1 predicts token i), else 0.
       eos_eot: the model's EOS and end-of-turn ids; eos_id: its EOS id.
       attention: the model's attention mode; block_size: its block size (block-causal models).
+      lead: columns of the first decoded block that sit inside the prompt input (block-causal
+        layout: the block that holds the prompt tails; 0 otherwise). Decoding starts at column
+        `decode_start = prompt_len - lead`.
     """
 
     prompt_len: int
@@ -38,6 +48,21 @@ class Layout(NamedTuple):
     eos_id: int | None
     attention: str = "bidirectional"
     block_size: int | None = None
+    lead: int = 0
+
+    @property
+    def decode_start(self) -> int:
+        """The column of the first decoded block."""
+        return self.prompt_len - self.lead
+
+    @property
+    def decode_width(self) -> int:
+        """Columns from `decode_start` to the end of the canvas (`gen_length + lead`)."""
+        return self.total - self.decode_start
+
+    def num_blocks(self, block_length: int) -> int:
+        """Decoding blocks of `block_length` in the decoded columns."""
+        return self.decode_width // block_length
 
     def mask(self, q_segment_ids, kv_segment_ids=None, q_offset=0, kind: str | None = None, **structure) -> MaskSpec:
         """The model's attention over canvas positions (`kind` overrides the model's mode;
@@ -50,17 +75,32 @@ class CanvasView(NamedTuple):
     """Per-position facts of the canvas that never change during a generation.
 
     Attributes:
-      seg: `[B, T]` segment ids: 0 on prompt padding, 1 elsewhere.
+      seg: `[B, T]` segment ids: 0 on prompt padding (and past a row's last block), 1 elsewhere.
       positions: `[B, T]` logical RoPE positions (counting real tokens only).
+      answer: `[B, T]` bool, the positions a row decodes (None: every column from the prompt's end).
     """
 
     seg: jax.Array
     positions: jax.Array
+    answer: jax.Array | None = None
 
     @classmethod
-    def of(cls, seg_prompt: jax.Array, gen_length: int) -> "CanvasView":
-        seg = jnp.concatenate([seg_prompt, jnp.ones((seg_prompt.shape[0], gen_length), jnp.int32)], 1)
-        return cls(seg, jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0))
+    def of(cls, seg_prompt: jax.Array, gen_length: int, answer_start: jax.Array | None = None,
+           lead: int = 0) -> "CanvasView":
+        """The view of `seg_prompt [B, Lp]` followed by `gen_length` answer columns.
+
+        `answer_start [B]` (default: Lp for every row): the column where each row's answer starts.
+        With `lead` > 0 (block-causal layout), a row whose answer starts on the first decoded block's
+        boundary (its prompt fills whole blocks) decodes `gen_length` columns from there, one block
+        fewer than the rows with a prompt tail; its columns past that are padding.
+        """
+        b, lp = seg_prompt.shape
+        col = jnp.arange(lp + gen_length)[None]
+        start = jnp.full((b,), lp, jnp.int32) if answer_start is None else answer_start.astype(jnp.int32)
+        end = jnp.where(start > lp - lead, lp + gen_length, lp - lead + gen_length)[:, None]
+        seg = jnp.concatenate([seg_prompt, jnp.ones((b, gen_length), jnp.int32)], 1) * (col < end)
+        answer = (col >= start[:, None]) & (col < end)
+        return cls(seg, jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0), answer)
 
     def window(self, canvas: jax.Array, start, width: int):
         """`(ids, positions, seg)`, each `[B, width]`, from canvas index `start` (scalar or `[B]`)."""
@@ -100,16 +140,63 @@ def prepare_prompts(input_ids, attention_mask, bucket: int, pad_id: int):
     return (np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id), np.pad(mask, ((0, 0), (extra, 0))), extra)
 
 
+def block_unit(model_config, config) -> int:
+    """The alignment of a block-causal canvas: lcm of the decoding block and the model's block (1
+    for other models). Rows are padded by multiples of it, so both grids are the same in every row."""
+    if model_config.attention != "block_causal":
+        return 1
+    return math.lcm(config.block_length, model_config.block_size)
+
+
 def prompt_bucket(model_config, config, prompt_len: int) -> int:
     """The multiple prompts of `prompt_len` tokens are left-padded to.
 
-    Normally `config.prompt_bucket` (block-causal models: its lcm with `block_size`, so generation
-    starts on a block boundary). Where padding to it would push prompt + `gen_length` past the
-    model's `max_position` although the prompt itself fits, prompts are padded only as far as
-    the model needs (1, or `block_size`): one more compiled shape instead of a refusal.
+    Normally `config.prompt_bucket` (block-causal models: its lcm with `block_unit`, so the
+    context before the first decoded block is whole blocks). Where padding to it would push
+    prompt + `gen_length` past the model's `max_position` although the prompt itself fits, prompts
+    are padded only as far as the model needs (1, or `block_unit`): one more compiled shape instead
+    of a refusal.
     """
-    unit = model_config.block_size if model_config.attention == "block_causal" else 1
+    unit = block_unit(model_config, config)
     bucket = math.lcm(config.prompt_bucket, unit)
-    if -(-prompt_len // bucket) * bucket + config.gen_length > model_config.max_position:
+    lead = unit if unit > 1 else 0  # a block-causal canvas may add the block of the prompt tails
+    context = prompt_len // unit * unit
+    if -(-context // bucket) * bucket + lead + config.gen_length > model_config.max_position:
         return unit
     return bucket
+
+
+def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad_id: int, mask_id: int,
+                          min_context: int = 0):
+    """Lay prompts out for a block-causal model: each row's blocks at absolute positions.
+
+    Row r with P_r prompt tokens decodes from the block of `unit` that holds position P_r (its
+    start `s_r = P_r // unit * unit`). Rows are left-padded by `C - s_r` columns, C the largest
+    `s_r` rounded up to `bucket` (a multiple of `unit`), so every row's first decoded block starts
+    at column C; that block (the `lead`, present when some prompt does not fill whole blocks)
+    holds the prompt tails followed by MASK. C is at least `min_context` (token-shifted models read
+    the logit of the column before the first decoded block).
+
+    Returns `(ids [B, C + lead], seg [B, C + lead], answer_start [B], lead)`: seg is 1 on prompt
+    tokens and on the lead's MASK columns, 0 on padding; `answer_start` is each row's first
+    answer column (`C + P_r - s_r`).
+    """
+    ids = np.asarray(input_ids, np.int32)
+    if ids.ndim != 2:
+        raise InputError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
+    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
+    if mask.shape != ids.shape:
+        raise InputError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+    lengths = mask.sum(1)
+    starts = lengths // unit * unit
+    lead = unit if (lengths > starts).any() else 0
+    context = -(-max(int(starts.max()), min_context) // bucket) * bucket
+    out = np.full((ids.shape[0], context + lead), pad_id, np.int32)
+    seg = np.zeros_like(out)
+    answer_start = context + lengths - starts
+    for r in range(ids.shape[0]):
+        first = context - starts[r]
+        out[r, first:answer_start[r]] = ids[r][mask[r] == 1]
+        out[r, answer_start[r]:] = mask_id
+        seg[r, first:] = 1
+    return out, seg, answer_start.astype(np.int32), lead

@@ -24,17 +24,18 @@ def _merge(params_def, params_state):
     return None if params_def is None else nnx.merge(params_def, params_state)
 
 
-def _decode(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
-            params_def=None, rules=()):
+def _decode(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, answer_start=None, *, method, lay,
+            config, params_def=None, rules=()):
     """The whole generation: `init`, then `step` while any row is decoding. Returns the final
-    `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done).
+    `DecodeState`. `prompt`, `seg_prompt`: `[B, Lp]`; `valid`: `[B]` rows to decode (others start done);
+    `answer_start`: `[B]` each row's first answer column (None: Lp; see `CanvasView.of`).
     `rules`: the sharding rules in force while tracing (`sharding.frozen_rules`; () the defaults)."""
     model = nnx.merge(graphdef, params)
     policy_params = _merge(params_def, params_state)
-    view = CanvasView.of(seg_prompt, config.gen_length)
+    view = CanvasView.of(seg_prompt, config.gen_length, answer_start, lay.lead)
     with shd.use_rules(rules):
         state = method.init(model, prompt, view, key, lay, config, valid)
-        limit = method.max_steps(config)
+        limit = method.max_steps(config, lay)
         return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
                                   lambda s: method.step(model, s, view, lay, config, policy_params), state)
 
@@ -49,30 +50,30 @@ def decode_to_export():
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config", "rules"))
-def init_step(graphdef, params, prompt, seg_prompt, valid, key, *, method, lay, config, rules=()):
+def init_step(graphdef, params, prompt, seg_prompt, valid, key, answer_start=None, *, method, lay, config, rules=()):
     """The initial `DecodeState` alone (the stepwise driver's first call)."""
-    view = CanvasView.of(seg_prompt, config.gen_length)
+    view = CanvasView.of(seg_prompt, config.gen_length, answer_start, lay.lead)
     with shd.use_rules(rules):
         return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def one_step(graphdef, params, state, seg_prompt, params_state=None, *, method, lay, config, params_def=None,
-             rules=()):
+def one_step(graphdef, params, state, seg_prompt, params_state=None, answer_start=None, *, method, lay, config,
+             params_def=None, rules=()):
     """One iteration of the loop body."""
-    view = CanvasView.of(seg_prompt, config.gen_length)
+    view = CanvasView.of(seg_prompt, config.gen_length, answer_start, lay.lead)
     with shd.use_rules(rules):
         return method.step(nnx.merge(graphdef, params), state, view, lay, config, _merge(params_def, params_state))
 
 
-def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, *, method, lay, config,
-                    params_def=None, rules=()):
+def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, answer_start=None, *,
+                    method, lay, config, params_def=None, rules=()):
     """The same decoding as `decode`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
-    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, method=method, lay=lay, config=config,
-                      rules=rules)
-    limit = method.max_steps(config)
+    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, answer_start, method=method, lay=lay,
+                      config=config, rules=rules)
+    limit = method.max_steps(config, lay)
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
-        state = one_step(graphdef, params, state, seg_prompt, params_state, method=method, lay=lay, config=config,
-                         params_def=params_def, rules=rules)
+        state = one_step(graphdef, params, state, seg_prompt, params_state, answer_start, method=method, lay=lay,
+                         config=config, params_def=params_def, rules=rules)
     return state

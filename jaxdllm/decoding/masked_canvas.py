@@ -5,12 +5,14 @@ left in the current one), but rows commit, count forwards (NFE) and stop indepen
 row's result equals decoding that row alone. Each step: the cache gives the block's logits, the
 policy picks what to commit, and the shared state updates do the bookkeeping.
 
-Block-causal models (`ModelConfig.attention == "block_causal"`): the model's blocks are physical
-canvas positions, so prompts are padded to a multiple of the model's `block_size` too and the
-generation starts on a block boundary; a row's blocks count back from the end of its prompt,
-whatever the padding, so a row decodes the same in any batch. (Fast-dLLM v2's own loop counts
-blocks from the prompt start and shares the prompt's last partial block with the first generated
-tokens; one block schedule for a left-padded batch cannot do that.)
+Block-causal models (`ModelConfig.attention == "block_causal"`) decode in their published layout
+(`jaxdllm.decoding.layout`): a row's blocks sit at absolute positions from the start of its
+sequence, decoding starts in the block that holds the end of its prompt (the prompt tokens there
+are never changed), and a row decodes to the end of the block that holds its last generated
+position (up to a block more than `gen_length`, dropped from the result, as the published loops
+do). With `stop_at_eos="block"` a row stops once the block holding its EOS is finished (the
+published LLaDA2 loops); with `stop_at_eos=True`, as soon as its EOS and everything before it are
+decided.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import slice_window
 from jaxdllm.decoding.policies import StepContext
-from jaxdllm.decoding.state import DecodeState, commit_window, fill_answer, record_trajectory, stop_at_eos
+from jaxdllm.decoding.layout import block_unit
+from jaxdllm.decoding.state import (DecodeState, commit_window, fill_answer, record_trajectory, stop_after_eos_block,
+                                    stop_at_eos)
 from jaxdllm.errors import ConfigError
 
 
@@ -46,18 +50,27 @@ class MaskedCanvas:
                               f"block_causal attention); the model's attention is {model_config.attention!r} "
                               "(causal models decode with policy='jacobi')")
         config.cache.check_model(model_config, config)
+        unit = block_unit(model_config, config)
+        if config.gen_length % unit:
+            raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of {unit} for this block-causal "
+                              f"model (the lcm of block_length {config.block_length} and the model's block_size "
+                              f"{model_config.block_size}): its blocks sit at absolute positions")
 
-    def max_steps(self, config) -> int:
-        # Every step commits at least one token of every active row, so G + blocks steps always
-        # suffice (plus what a policy that holds blocks open adds); the bound only guards against a
-        # policy bug.
-        return config.gen_length + config.num_blocks * (1 + config.policy.extra_steps_per_block())
+    def max_steps(self, config, lay=None) -> int:
+        """A bound on the loop's steps (without `lay`: for any prompt, a block-causal canvas's
+        extra block included)."""
+        # Every step commits at least one token of every active row, so one step per decoded column
+        # and per block always suffices (plus what a policy that holds blocks open adds); the
+        # bound only guards against a policy bug. The lead block is at most gen_length wide.
+        width = 2 * config.gen_length if lay is None else lay.decode_width
+        return width + width // config.block_length * (1 + config.policy.extra_steps_per_block())
 
     def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
-        """The carry for `prompt [B, Lp]` followed by G MASK; rows with `valid [B]` False start done."""
+        """The carry for `prompt [B, Lp]` followed by G MASK (the answer: `view.answer`); rows with
+        `valid [B]` False start done."""
         b, G = prompt.shape[0], config.gen_length
         canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
-        undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
+        undecided = view.answer
         return DecodeState.start(
             canvas, undecided, done=~valid, key=key, cache=config.cache.init(model, canvas, view, lay, config),
             policy_state=config.policy.init_state(b, config.block_length, model.config.vocab_size),
@@ -65,8 +78,8 @@ class MaskedCanvas:
 
     def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:
         """One forward of the current block, the policy's commit, and the bookkeeping."""
-        policy, bl = config.policy, config.block_length
-        start = lay.prompt_len + state.block * bl
+        policy, bl, first = config.policy, config.block_length, lay.decode_start
+        start = first + state.block * bl
         span = "answer" if policy.answer_logits else "block"
         logits, cache, passes = config.cache.forward(model, state, view, lay, config, span)
         # MASK is never a prediction: a committed position must not stay masked (the published
@@ -85,18 +98,19 @@ class MaskedCanvas:
         ctx = StepContext(config=config, block=state.block, block_step=state.block_step,
                           key=jax.random.fold_in(state.key, state.step), state=state.policy_state,
                           eos_eot_ids=lay.eos_eot, eos_id=lay.eos_id, policy_params=policy_params,
-                          answer_logits=answer_logits, undecided=state.undecided[:, lay.prompt_len:],
-                          block_tokens=slice_window(state.canvas, start, bl), decoding=~state.done)
+                          answer_logits=answer_logits, undecided=state.undecided[:, first:],
+                          block_tokens=slice_window(state.canvas, start, bl), decoding=~state.done,
+                          answer=slice_window(view.answer, start, bl))
         decision = policy.commit(logits, candidates, ctx)
 
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=decision.state),
                               start, decision.commit, decision.tokens, nfe)
         if decision.fill is not None:
-            state = fill_answer(state, decision.fill, decision.fill_tokens, lay.prompt_len, nfe)
+            state = fill_answer(state, decision.fill & view.answer[:, first:], decision.fill_tokens, first, nfe)
         if decision.stop is not None:
             state = state.replace(done=state.done | decision.stop)
-        if config.stop_at_eos:
-            state = stop_at_eos(state, lay.eos_id, lay.prompt_len)
+        if config.stop_at_eos is True:
+            state = stop_at_eos(state, lay.eos_id, view.answer)
 
         holding = policy.holding(decision.state)
         finished = ~state.undecided.any(1)  # e.g. an end-of-text cut decided it all
@@ -106,8 +120,10 @@ class MaskedCanvas:
         block_full = ~(slice_window(state.undecided, start, bl) & ~state.done[:, None]).any()
         if holding is not None:
             block_full = block_full & ~(holding & ~state.done).any()
+        if config.stop_at_eos == "block":
+            state = stop_after_eos_block(state, lay.eos_id, view.answer, start + bl, block_full)
         block = state.block + block_full.astype(jnp.int32)
-        state = state.replace(done=state.done | (block >= config.num_blocks), block=block,
+        state = state.replace(done=state.done | (block >= lay.num_blocks(bl)), block=block,
                               block_step=jnp.where(block_full, 0, state.block_step + 1))
         state = state.replace(cache=config.cache.after_commit(model, state, view, lay, config, block_full))
         return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)

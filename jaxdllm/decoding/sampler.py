@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
-from jaxdllm.decoding.layout import Layout, prepare_prompts, prompt_bucket
+from jaxdllm.decoding.layout import Layout, block_unit, prepare_block_prompts, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise, decode_to_export
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
@@ -50,11 +50,13 @@ class Prepared(NamedTuple):
     """Host-side prompts of one call, bucketed and left-padded, and the static layout."""
 
     ids: np.ndarray     # [B', Lp] (B' >= B: idle rows added for the data sharding)
-    seg: np.ndarray     # [B', Lp] 1 on prompt tokens, 0 on padding
+    seg: np.ndarray     # [B', Lp] 1 on prompt tokens (and a block-causal lead's MASK), 0 on padding
     valid: np.ndarray   # [B'] rows that are real prompts
     lay: Layout
     extra: int          # padding columns added in front (dropped from the result)
     rows: int           # B
+    answer_start: np.ndarray | None = None  # [B'] block-causal layout: each row's first answer column
+    prompts: np.ndarray | None = None       # [B, Lp_in] block-causal layout: the prompts as passed
 
 
 def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=None) -> None:
@@ -121,19 +123,30 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     check_inputs(model_config, input_ids, attention_mask)
     pad_id = model_config.pad_token_id if model_config.pad_token_id is not None else 0
     prompt_len = np.shape(input_ids)[-1]
-    ids, seg, extra = prepare_prompts(input_ids, attention_mask, prompt_bucket(model_config, config, prompt_len),
-                                      pad_id)
+    bucket = prompt_bucket(model_config, config, prompt_len)
+    answer_start = prompts = None
+    lead = extra = 0
+    if model_config.attention == "block_causal" and method_of(config).name == "masked_canvas":
+        # A token-shifted model reads the logit before the first decoded block: keep a block of context.
+        ids, seg, answer_start, lead = prepare_block_prompts(
+            input_ids, attention_mask, block_unit(model_config, config), bucket, pad_id, model_config.mask_token_id,
+            min_context=block_unit(model_config, config) if model_config.shift_logits else 0)
+        prompts = np.asarray(input_ids)
+    else:
+        ids, seg, extra = prepare_prompts(input_ids, attention_mask, bucket, pad_id)
     check(model_config, config, ids.shape[1], policy_params)
     rows = ids.shape[0]
     idle = -rows % row_multiple
     valid = np.concatenate([np.ones(rows, bool), np.zeros(idle, bool)])
-    ids = np.concatenate([ids, np.full((idle, ids.shape[1]), pad_id, np.int32)])
+    ids = np.concatenate([ids, np.repeat(ids[-1:], idle, 0)])  # idle rows: a copy of the last (never decoded)
     seg = np.concatenate([seg, np.repeat(seg[-1:], idle, 0)])
+    if answer_start is not None:
+        answer_start = np.concatenate([answer_start, np.repeat(answer_start[-1:], idle)])
     mc = model_config
     lay = Layout(prompt_len=ids.shape[1], total=ids.shape[1] + config.gen_length, mask_id=mc.mask_token_id,
                  shift=int(mc.shift_logits), eos_eot=tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None),
-                 eos_id=mc.eos_token_id, attention=mc.attention, block_size=mc.block_size)
-    return Prepared(ids, seg, valid, lay, extra, rows)
+                 eos_id=mc.eos_token_id, attention=mc.attention, block_size=mc.block_size, lead=lead)
+    return Prepared(ids, seg, valid, lay, extra, rows, answer_start, prompts)
 
 
 @contextlib.contextmanager
@@ -231,9 +244,10 @@ class Sampler:
         try:
             with _decoding_mesh(self._mesh):
                 key = jax.random.PRNGKey(0) if key is None else _recreated(key)
+                answer_start = None if p.answer_start is None else self._place(p.answer_start)
                 state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
-                               self._place(p.valid), key, params_state, method=method_of(config), lay=p.lay,
-                               config=config, params_def=params_def, rules=self._static_rules)
+                               self._place(p.valid), key, params_state, answer_start, method=method_of(config),
+                               lay=p.lay, config=config, params_def=params_def, rules=self._static_rules)
             return _result(state, p, config)
         except Exception as e:  # XLA's out of memory has no stable public type: read its status
             memory = out_of_memory_message(e, self._sizes(p))
@@ -252,7 +266,8 @@ class Sampler:
             return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=self._row_sharding(host.ndim))
 
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
-        args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None)
+        answer_start = None if p.answer_start is None else spec(p.answer_start)
+        args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None, answer_start)
         return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None,
                           rules=self._static_rules)
 
@@ -324,11 +339,37 @@ def _host(x) -> np.ndarray:
     return np.asarray(jax.device_get(x))
 
 
+def _block_layout_result(canvas, commit_step, nfe, trajectory, steps, initial, p: Prepared,
+                         config: SamplerConfig) -> GenerateResult:
+    """A block-causal canvas back in the caller's layout: each row's prompt as passed, then the
+    `gen_length` tokens from its own answer column (a block's positions past them are dropped)."""
+    r, G = p.rows, config.gen_length
+    prompts = np.asarray(p.prompts, canvas.dtype)
+    cols = p.answer_start[:r, None] + np.arange(G)[None]
+
+    def answer(x):  # [r, T] or [r, S, T] -> the answer columns
+        idx = cols if x.ndim == 2 else cols[:, None, :]
+        return np.take_along_axis(x[:r], np.broadcast_to(idx, x[:r].shape[:-1] + (G,)), axis=-1)
+
+    tokens = np.concatenate([prompts, answer(canvas)], 1)
+    steps_taken = np.concatenate([np.zeros_like(prompts, commit_step.dtype), answer(commit_step)], 1)
+    traj = init = None
+    if config.max_trajectory:
+        reached = (trajectory[:r] >= 0).any(-1, keepdims=True)  # [r, S, 1]
+        traj = np.concatenate([np.where(reached, prompts[:, None, :], -1).astype(trajectory.dtype),
+                               answer(trajectory)], -1)
+        init = np.concatenate([prompts.astype(initial.dtype), answer(initial)], 1)
+    return GenerateResult(tokens=tokens, nfe=nfe[:r], commit_step=steps_taken, trajectory=traj, steps=int(steps),
+                          initial=init, prompt_len=prompts.shape[1])
+
+
 def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
     """Fetch the outputs and drop the bucket padding and idle rows on the host (slicing on the
     device would compile a kernel per prompt length)."""
     canvas, commit_step, nfe, trajectory, steps, initial = (_host(x) for x in (
         state.canvas, state.commit_step, state.nfe, state.trajectory, state.step, state.initial))
+    if p.answer_start is not None:
+        return _block_layout_result(canvas, commit_step, nfe, trajectory, steps, initial, p, config)
     r, e = p.rows, p.extra
     return GenerateResult(tokens=canvas[:r, e:], nfe=nfe[:r], commit_step=commit_step[:r, e:],
                           trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps),

@@ -74,27 +74,42 @@ def commit_window(state: DecodeState, start, commit: jax.Array, tokens: jax.Arra
         commit_step=put_window(state.commit_step, start, jnp.where(commit, nfe[:, None], old_steps)))
 
 
-def fill_answer(state: DecodeState, fill: jax.Array, tokens: jax.Array, prompt_len: int, nfe: jax.Array) -> DecodeState:
-    """Set answer positions `fill [B, G]` to `tokens [B, G]` (decided or not), decided at `nfe`."""
-    pad = jnp.zeros((fill.shape[0], prompt_len), bool)
+def fill_answer(state: DecodeState, fill: jax.Array, tokens: jax.Array, start: int, nfe: jax.Array) -> DecodeState:
+    """Set positions `fill [B, W]` of the columns from `start` on to `tokens [B, W]` (decided or
+    not), decided at `nfe`."""
+    pad = jnp.zeros((fill.shape[0], start), bool)
     where = jnp.concatenate([pad, fill], 1)
-    values = jnp.concatenate([jnp.zeros((fill.shape[0], prompt_len), state.canvas.dtype),
+    values = jnp.concatenate([jnp.zeros((fill.shape[0], start), state.canvas.dtype),
                               tokens.astype(state.canvas.dtype)], 1)
     return state.replace(canvas=jnp.where(where, values, state.canvas), undecided=state.undecided & ~where,
                          commit_step=jnp.where(where, nfe[:, None], state.commit_step))
 
 
-def stop_at_eos(state: DecodeState, eos_id: int, prompt_len: int) -> DecodeState:
-    """Rows that decided EOS with nothing undecided before it are done; their undecided positions
-    (all after that EOS) become EOS, decided now."""
-    t = state.canvas.shape[1]
-    is_eos = (jnp.arange(t) >= prompt_len)[None] & (state.canvas == eos_id) & ~state.undecided
-    first = jnp.where(is_eos.any(1), jnp.argmax(is_eos, axis=1), t)
-    open_before = (state.undecided & (jnp.arange(t)[None] < first[:, None])).any(1)
-    stop = is_eos.any(1) & ~open_before & ~state.done
+def _finish_with_eos(state: DecodeState, stop: jax.Array, eos_id: int) -> DecodeState:
+    """Rows `stop [B]` are done; their undecided positions become EOS, decided now (not a forward)."""
     fill = stop[:, None] & state.undecided
     return state.replace(canvas=jnp.where(fill, eos_id, state.canvas), undecided=state.undecided & ~fill,
                          commit_step=jnp.where(fill, state.nfe[:, None], state.commit_step), done=state.done | stop)
+
+
+def stop_at_eos(state: DecodeState, eos_id: int, answer: jax.Array) -> DecodeState:
+    """Rows that decided EOS in their `answer [B, T]` positions with nothing undecided before it
+    are done; their undecided positions (all after that EOS) become EOS, decided now."""
+    t = state.canvas.shape[1]
+    is_eos = answer & (state.canvas == eos_id) & ~state.undecided
+    first = jnp.where(is_eos.any(1), jnp.argmax(is_eos, axis=1), t)
+    open_before = (state.undecided & (jnp.arange(t)[None] < first[:, None])).any(1)
+    return _finish_with_eos(state, is_eos.any(1) & ~open_before & ~state.done, eos_id)
+
+
+def stop_after_eos_block(state: DecodeState, eos_id: int, answer: jax.Array, closed_end, closed: jax.Array
+                         ) -> DecodeState:
+    """The published LLaDA2 stop: when a block closes (`closed`, a bool scalar; `closed_end` the
+    column after it), rows with an EOS among their decided answer positions before `closed_end`
+    are done; the rest of their answer becomes EOS, decided now."""
+    before = jnp.arange(state.canvas.shape[1])[None] < closed_end
+    has_eos = (answer & before & (state.canvas == eos_id) & ~state.undecided).any(1)
+    return _finish_with_eos(state, closed & has_eos & ~state.done, eos_id)
 
 
 def record_trajectory(state: DecodeState, max_trajectory: int) -> DecodeState:

@@ -26,18 +26,21 @@ TINY = dict(model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"], vocab_s
             eos_token_id=156, pad_token_id=156, mask_token_id=159, torch_dtype="float32")
 
 
-def make_llada2_checkpoint(path: Path, dtype=torch.float32, **overrides) -> dict[str, torch.Tensor]:
+def make_llada2_checkpoint(path: Path, dtype=torch.float32, *, seed: int = 0, head_scale: float = 1.0,
+                           eos_scale: float = 1.0, **overrides) -> dict[str, torch.Tensor]:
     """Write config.json (LLaDA2 keys, `overrides` applied) and model.safetensors; return the tensors.
 
-    Weights are drawn in fp32 from a seeded generator and then cast to `dtype`. The router weights
-    are large enough that routing varies between tokens, and `expert_bias` is nonzero so that
-    selecting on biased scores differs from selecting on unbiased ones for some tokens.
+    Weights are drawn in fp32 from a generator seeded with `seed` and then cast to `dtype`. The
+    router weights are large enough that routing varies between tokens, and `expert_bias` is nonzero
+    so that selecting on biased scores differs from selecting on unbiased ones for some tokens.
+    `head_scale` multiplies the LM head (confident predictions, so thresholds commit several tokens
+    per step); `eos_scale` multiplies its EOS row once more (EOS predicted now and then).
     """
     cfg = dict(TINY, **overrides, torch_dtype=str(dtype).removeprefix("torch."))
     d, h, kv, v, n_exp = (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
                           cfg["vocab_size"], cfg["num_experts"])
     hd = cfg.get("head_dim") or d // h
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     rnd = lambda *s, scale=0.08: torch.randn(*s, generator=g) * scale
 
     def swiglu(prefix, width):
@@ -67,7 +70,8 @@ def make_llada2_checkpoint(path: Path, dtype=torch.float32, **overrides) -> dict
         if cfg["num_shared_experts"]:  # one SwiGLU as wide as all shared experts together
             w.update(swiglu(b + "mlp.shared_experts.", cfg["moe_intermediate_size"] * cfg["num_shared_experts"]))
     if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = rnd(v, d)
+        w["lm_head.weight"] = rnd(v, d) * head_scale
+        w["lm_head.weight"][cfg["eos_token_id"]] *= eos_scale
     w = {k: t.to(dtype).contiguous() for k, t in w.items()}
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg))
@@ -178,3 +182,61 @@ def llada2_forward(w: dict[str, torch.Tensor], cfg: dict, ids: torch.Tensor, mas
             routing.append({"layer": i, "experts": idx, "weights": weight})
     head = w["model.word_embeddings.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return (_rms_norm(x, w["model.norm.weight"], eps) @ head.T).float(), routing
+
+
+def published_generate(w: dict[str, torch.Tensor], cfg: dict, prompt, gen_length: int, block: int,
+                       threshold: float = 0.95, editing_threshold: float | None = None,
+                       max_post_steps: int = 16) -> tuple[list[int], int]:
+    """The published LLaDA2.0 `generate` (or, with `editing_threshold`, LLaDA2.1's), batch 1, greedy,
+    written from its description (architectures.md, LLaDA2.0 / 2.1 decoding).
+
+    Blocks of `block` sit at absolute positions; the canvas is the prompt plus MASK up to the end of
+    the block that holds position `P + gen_length - 1`. Decoding starts in the block that holds the
+    prompt's end (its prompt tokens are never changed) and runs each block over the prefix up to the
+    block's end (block-causal, no cache). A step commits every masked position whose top-1
+    probability exceeds `threshold`, else the most probable one; LLaDA2.1 also replaces a committed
+    answer token whose new top-1 differs with probability above `editing_threshold`, and a block
+    ends at the first step without a mask that edits nothing, or before mask-free forward number
+    `max_post_steps + 1`. After each block, the loop stops if the answer so far holds EOS.
+
+    One rule is jaxdllm's, not the published code's: MASK is never a prediction (its logit is -inf).
+    Returns `(answer, forwards)`: the answer cut after its first EOS (inclusive, within
+    `gen_length` tokens), and the number of forwards.
+    """
+    mask_id, eos_id = cfg["mask_token_id"], cfg["eos_token_id"]
+    p_len = len(prompt)
+    num_blocks = -(-(p_len + gen_length) // block)
+    x = torch.full((1, num_blocks * block), mask_id, dtype=torch.long)
+    x[0, :p_len] = torch.as_tensor(list(prompt))
+    forwards = 0
+    for blk in range(p_len // block, num_blocks):
+        start, end = blk * block, (blk + 1) * block
+        answer = torch.arange(start, end) >= p_len  # the block's positions after the prompt
+        post = 0
+        while True:
+            old = x[:, start:end].clone()
+            masked = old == mask_id
+            if editing_threshold is None and not masked.any():
+                break
+            if editing_threshold is not None:
+                post += int(not masked.any())
+                if post > max_post_steps:
+                    break
+            forwards += 1
+            logits = llada2_forward(w, cfg, x[:, :end], mask=block_causal_mask(end, block))[0][:, start:end].double()
+            logits[..., mask_id] = -float("inf")
+            probs = logits.softmax(-1)
+            p, tokens = probs.max(-1)
+            commit = masked & (p > threshold)
+            if masked.any() and not commit.any():
+                commit[0, torch.where(masked, p, -1.0)[0].argmax()] = True
+            edit = torch.zeros_like(commit)
+            if editing_threshold is not None:
+                edit = ~masked & answer[None] & (p > editing_threshold) & (tokens != old)
+            x[:, start:end] = torch.where(commit | edit, tokens, old)
+            if editing_threshold is not None and not masked.any() and not edit.any():
+                break
+        if (x[0, p_len:end] == eos_id).any():
+            break
+    out = x[0, p_len:p_len + gen_length].tolist()
+    return (out[:out.index(eos_id) + 1] if eos_id in out else out), forwards

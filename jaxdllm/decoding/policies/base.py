@@ -46,10 +46,13 @@ class StepContext:
       eos_id: the model's EOS id (or None).
       policy_params: the policy's own parameters, the module passed to `generate` (policies with
         `needs_params`).
-      answer_logits: `[B, G, V]` logits of the whole answer (policies with `answer_logits`).
-      undecided: `[B, G]` the whole answer's undecided positions before this step.
+      answer_logits: `[B, G', V]` logits of the decoded columns (policies with `answer_logits`);
+        G' = G, plus a block on a block-causal canvas whose first block holds prompt tails.
+      undecided: `[B, G']` the decoded columns' undecided positions before this step.
       block_tokens: `[B, L]` the block's tokens before this step (MASK where undecided).
       decoding: `[B]` rows still decoding (not done).
+      answer: `[B, L]` bool, the block's answer positions (False on a prompt tail that shares the
+        block, and past a row's last block): a policy never changes the others.
     """
 
     config: Any
@@ -64,6 +67,7 @@ class StepContext:
     undecided: jax.Array | None = None
     block_tokens: jax.Array | None = None
     decoding: jax.Array | None = None
+    answer: jax.Array | None = None
 
 
 class Commit(NamedTuple):
@@ -73,7 +77,7 @@ class Commit(NamedTuple):
       commit: `[B, L]` bool, positions decided now.
       tokens: `[B, L]` int32, the token each committed position gets.
       state: the policy's carry for the next step.
-      fill: `[B, G]` bool over the whole answer: positions set to `fill_tokens` after the commit,
+      fill: `[B, G']` bool over the decoded columns: positions set to `fill_tokens` after the commit,
         decided or not (an early finish, an end-of-text cut), or None.
       fill_tokens: `[B, G]` int32, their tokens.
       stop: `[B]` bool, rows the policy finishes now, or None.

@@ -130,5 +130,5 @@ class Learn2PD(ConfidencePolicy):
         # this block, committed or not, and every later block, which is then never decoded).
         eos_here = accept & (tokens == ctx.eos_id)
         cut = ctx.block * logits.shape[1] + jnp.argmax(eos_here, axis=-1)  # answer index of the EOS
-        fill = eos_here.any(-1, keepdims=True) & (jnp.arange(cfg.gen_length)[None] > cut[:, None])
+        fill = eos_here.any(-1, keepdims=True) & (jnp.arange(ctx.undecided.shape[1])[None] > cut[:, None])
         return Commit(commit, tokens, ctx.state, fill=fill, fill_tokens=jnp.full(fill.shape, ctx.eos_id, jnp.int32))

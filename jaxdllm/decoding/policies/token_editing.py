@@ -1,6 +1,7 @@
 """LLaDA2.1's decoding with token editing: masks are committed as in LLaDA2.0 (every masked position
 of the block whose top-1 probability exceeds `threshold`, at least the most confident one), and
-every step also re-decides the block's already committed tokens: one whose top-1 now differs from
+every step also re-decides the block's already committed answer tokens (never a prompt token that
+shares the block): one whose top-1 now differs from
 it, with probability above `editing_threshold`, is replaced. A block stays open after its last mask
 while edits continue: it ends at the first step without a mask that edits nothing, or after
 `max_post_steps` steps without masks (the published loop's count: it stops before a forward that
@@ -48,7 +49,8 @@ class TokenEditing(ConfidencePolicy):
         working = ctx.decoding & ~closed
         masks_left = candidates.any(1)
         fill = top_plus_threshold(candidates, conf, conf > self.threshold)
-        edits = (~candidates & working[:, None] & (conf > self.editing_threshold)
+        editable = ~candidates if ctx.answer is None else ctx.answer & ~candidates  # never a prompt token
+        edits = (editable & working[:, None] & (conf > self.editing_threshold)
                  & (tokens != ctx.block_tokens))
         post = post + (working & ~masks_left).astype(jnp.int32)
         masks_after = (candidates & ~fill).any(1)

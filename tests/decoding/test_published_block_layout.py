@@ -1,0 +1,90 @@
+"""Block-causal models decode in the published layout: the `llada2` and `llada2.1` presets in the
+compiled loop against the published LLaDA2.0 / LLaDA2.1 loops (a torch model and a torch loop
+written from the published description, `tests/support/llada2_reference.py`).
+
+Prompt lengths 5 and 13 end inside a block of 8 (decoding starts in the block that holds the prompt
+tail), 8 and 16 fill whole blocks. Each row is decoded alone and in one ragged batch; the
+tokens up to the first EOS and the forwards must equal the published loop's, and each batch row
+must equal its run alone. The checkpoints' LM heads are scaled so that thresholds commit several
+tokens per step and EOS is predicted now and then: the comparison covers parallel commits, the
+finish of the EOS's block, token edits and rows that fill their last block past `gen_length`.
+"""
+
+import numpy as np
+import pytest
+
+import jaxdllm
+from jaxdllm import SamplerConfig
+from support.llada2_reference import TINY, make_llada2_checkpoint, published_generate
+from support.sampler_fixtures import prompts
+
+EOS = TINY["eos_token_id"]
+LENGTHS = [5, 8, 13, 16]
+GEN, BLOCK = 24, 8
+# (seed, head scale, EOS scale): the default run checks the first, the slow run both.
+CHECKPOINTS = [(1, 6.0, 2.0), pytest.param((2, 8.0, 2.0), marks=pytest.mark.slow)]
+# The presets at this size; llada2.1 also with lower thresholds, which make it edit.
+PRESETS = {"llada2": {}, "llada2.1": {}, "llada2.1-edits": dict(threshold=0.5, editing_threshold=0.6)}
+
+
+def load(tmp_path_factory, seed, head_scale, eos_scale):
+    path = tmp_path_factory.mktemp(f"llada2_seed{seed}")
+    weights = make_llada2_checkpoint(path, seed=seed, head_scale=head_scale, eos_scale=eos_scale, block_size=BLOCK)
+    return jaxdllm.from_pretrained(path), weights
+
+
+@pytest.fixture(scope="module", params=CHECKPOINTS, ids=lambda c: f"seed{c[0]}")
+def checkpoint(request, tmp_path_factory):
+    return load(tmp_path_factory, *request.param)
+
+
+def sampler_config(name: str, **changes) -> SamplerConfig:
+    settings = dict(PRESETS[name])
+    return SamplerConfig.preset(name.removesuffix("-edits"), gen_length=GEN, block_length=BLOCK, **settings, **changes)
+
+
+def published(weights, prompt, config: SamplerConfig):
+    editing = config.editing_threshold if config.policy.name == "token_editing" else None
+    return published_generate(weights, dict(TINY), prompt, GEN, BLOCK, config.threshold, editing,
+                              getattr(config.policy, "max_post_steps", 16))
+
+
+def up_to_eos(tokens) -> list[int]:
+    tokens = [int(t) for t in tokens]
+    return tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_decode_as_the_published_loops(checkpoint, preset):
+    model, weights = checkpoint
+    config = sampler_config(preset)
+    ids, mask, rows = prompts(LENGTHS, seed=3, vocab=150)
+    batch = jaxdllm.generate(model, ids, config, attention_mask=mask)
+    block_cached = jaxdllm.generate(model, ids, config.replace(cache="block"), attention_mask=mask)
+    decoded, reached_eos = [], []
+    for i, row in enumerate(rows):
+        want, forwards = published(weights, row, config)
+        alone = jaxdllm.generate(model, row[None], config)
+        assert up_to_eos(alone.generated[0]) == want, f"row of {len(row)} tokens, alone"
+        assert int(alone.nfe[0]) == forwards, f"row of {len(row)} tokens, alone"
+        for out in (batch, block_cached):  # each batch row as alone, with and without the block cache
+            np.testing.assert_array_equal(out.generated[i], alone.generated[0])
+            assert int(out.nfe[i]) == int(alone.nfe[0])
+        decoded.append(-(-(len(row) + GEN) // BLOCK) * BLOCK - len(row))  # to the end of the last block
+        reached_eos.append(want[-1] == EOS)
+    # What the comparison covers: EOS in some rows and not in others, parallel commits.
+    assert any(reached_eos) and not all(reached_eos), reached_eos
+    assert (batch.nfe < np.array(decoded)).any(), (batch.nfe, decoded)
+
+
+def test_token_stop_keeps_the_tokens_and_saves_forwards(tmp_path_factory):
+    """`stop_at_eos=True` (a row stops as soon as its EOS and everything before it are decided)
+    keeps LLaDA2.0's tokens up to EOS and never takes more forwards than the published block finish
+    (on this checkpoint, a row's EOS comes before the end of its block: fewer forwards)."""
+    model, _ = load(tmp_path_factory, *CHECKPOINTS[0])
+    ids, mask, _ = prompts(LENGTHS, seed=3, vocab=150)
+    block = jaxdllm.generate(model, ids, sampler_config("llada2"), attention_mask=mask)
+    token = jaxdllm.generate(model, ids, sampler_config("llada2", stop_at_eos=True), attention_mask=mask)
+    for i in range(len(LENGTHS)):
+        assert up_to_eos(token.generated[i]) == up_to_eos(block.generated[i])
+    assert (token.nfe <= block.nfe).all() and (token.nfe < block.nfe).any()
