@@ -20,6 +20,7 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.decoding.layout import block_unit
 from jaxdllm.decoding.methods import DRAFT_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
@@ -187,7 +188,9 @@ def _flash(options: RunOptions, platform: str) -> bool:
 def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, prompt_len: int,
                   mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu",
                   options: RunOptions | None = None) -> MemoryPlan:
-    """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`.
+    """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`
+    (block-causal models: the canvas also holds the block of the prompt's tail when `prompt_len`
+    does not fill whole blocks).
 
     Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
     `options`' own); `kv_cache` (prefix/dual
@@ -203,11 +206,13 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     c, o = config, with_weights(options, dtype)
     act = _itemsize(o.dtype)
     rows = _local(batch, mesh.batch_shards)
-    total = prompt_len + sampler.gen_length
-    kv_local = _local(c.num_kv_heads, mesh.tensor)
-    heads_local = _local(c.num_heads, mesh.tensor)
     # the draft canvas keeps an exact cache, one verify layout longer
     draft = sampler.policy.method == DRAFT_CANVAS.name
+    # A block-causal canvas: the prompt's whole blocks, the block holding its tail (if any), then G.
+    unit = 1 if draft else block_unit(c, sampler)
+    total = prompt_len // unit * unit + (unit if prompt_len % unit else 0) + sampler.gen_length
+    kv_local = _local(c.num_kv_heads, mesh.tensor)
+    heads_local = _local(c.num_heads, mesh.tensor)
     cached = sampler.cache.keeps_kv or draft
     span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
     slots = total + span if draft else total

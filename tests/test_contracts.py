@@ -69,7 +69,9 @@ def test_every_cache_is_exact_where_it_claims_and_fills_the_canvas(cache, policy
     approx = jaxdllm.generate(model, ids, _sampler(policy=policy, cache=cache), attention_mask=mask)
     steps, width = np.asarray(approx.commit_step), ids.shape[1]
     assert not (np.asarray(approx.tokens) == model.config.mask_token_id).any()  # approximate, but complete
-    assert (steps[:, width:] >= 1).all() and (steps.max(1) == np.asarray(approx.nfe)).all()
+    assert (steps[:, width:] >= 1).all()
+    last = steps.max(1)  # a block-causal row's last block may run past gen_length: those forwards are not shown
+    assert (last == approx.nfe).all() if entry["model"] != "block_causal" else (last <= approx.nfe).all()
 
 
 # -- training objectives: one step gives a finite loss and moves the parameters ------------------------

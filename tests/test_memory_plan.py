@@ -62,6 +62,19 @@ def test_the_plan_is_within_15_percent_of_xla():
     assert abs(plan / got - 1) < 0.15, (plan, got)
 
 
+@pytest.mark.parametrize("prompt_len", [96, 100])
+def test_a_block_causal_plan_holds_the_canvas_the_sampler_builds(prompt_len):
+    """LLaDA2 decodes from the block that holds the prompt's end: a prompt of 100 tokens adds the
+    block of its tail (96 + 32 + 256 columns), one of 96 does not."""
+    from jaxdllm.decoding.sampler import prepare
+
+    config, sampler = ModelConfig.preset("tiny-llada2", **TINY), SamplerConfig.preset("llada2", cache="block")
+    lay = prepare(config, jax.numpy.ones((2, prompt_len), int), None, sampler.replace(prompt_bucket=32)).lay
+    assert lay.total == 96 + (32 if prompt_len % 32 else 0) + 256
+    plan = sampling_plan(config, sampler, batch=2, prompt_len=prompt_len, platform="cpu")
+    assert plan.terms["decode_state"] == 2 * lay.total * 16
+
+
 def test_the_training_plan_asks_the_objective_how_many_views_it_stacks():
     config = ModelConfig.preset("tiny-llada", **TINY)
     plans = {}

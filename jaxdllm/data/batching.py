@@ -56,6 +56,9 @@ class BatchConfig:
       add_bos, add_eos: put BOS before the prompt / EOS after the response.
       fill_with_eos: (no packing) fill each row after its EOS with EOS targets, LLaDA-SFT
         style; False fills with PAD outside every mask.
+      align: (packing) each example starts at a multiple of this column. Block-causal models
+        use their block size, so an example's blocks sit at absolute positions from its own start,
+        the layout they decode in (`jaxdllm.decoding.layout`).
       on_too_long: an example longer than `seq_len`: `"error"` (default) or `"skip"` (warn, count).
       num_epochs: stop after this many passes (the last batch is padded with empty rows);
         None streams forever.
@@ -70,6 +73,7 @@ class BatchConfig:
     add_bos: bool = True
     add_eos: bool = True
     fill_with_eos: bool = True
+    align: int = 1
     on_too_long: Literal["error", "skip"] = "error"
     num_epochs: int | None = None
     num_shards: int = 1
@@ -77,7 +81,7 @@ class BatchConfig:
 
     def __post_init__(self):
         check_fields(self, "BatchConfig.")
-        for name in ("seq_len", "batch_size", "num_shards"):
+        for name in ("seq_len", "batch_size", "num_shards", "align"):
             require_positive_int(getattr(self, name), f"BatchConfig.{name}")
         if self.seq_len < 2:
             raise ConfigError(f"BatchConfig.seq_len must be at least 2, got {self.seq_len}")
@@ -269,7 +273,7 @@ class BatchIterator:
             batch["target_mask"][row, start + example.prompt_len:start + n] = True
             batch["segment_ids"][row, span] = segment
             batch["positions"][row, span] = np.arange(n) if example.positions is None else example.positions
-            start += n
+            start += -n % config.align + n  # the next example starts on a block boundary (PAD between)
             self._position += 1
             if not config.pack:
                 break

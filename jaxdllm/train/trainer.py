@@ -92,8 +92,8 @@ class Trainer:
         self.step = 0
 
         self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
-        self.batch_config = setup.batch_config_for(config)
-        self.batches = setup.make_batches(config, self.tokenizer, self.objective)
+        self.batch_config = setup.batch_config_for(config, self.model_config)
+        self.batches = setup.make_batches(config, self.tokenizer, self.objective, model_config=self.model_config)
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
                                         grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip",
                                         expert_bias_rate=config.train.expert_bias_rate)

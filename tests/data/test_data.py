@@ -1,6 +1,7 @@
 """Data: task checkers accept every valid answer and reject wrong ones, deterministic disjoint
 splits, JSONL errors with line numbers, the character tokenizer, resumable batching, GSM8K."""
 
+import dataclasses
 import json
 import warnings
 
@@ -303,6 +304,23 @@ def test_batch_layout_packed(tok):
     assert text.startswith("<bos>copy 1234=1234<eos><bos>12+30=42<eos><pad>")
     with pytest.raises(ConfigError, match="fill_with_eos=False"):
         BatchConfig(seq_len=32, batch_size=2, pack=True)
+
+
+def test_packed_rows_for_a_block_causal_model_start_each_example_on_a_block(tok):
+    """A block-causal recipe packs with `align` = the model's block size: copy (16 tokens) at column 0,
+    add (10) at 16, then PAD to 32; each example's blocks are where decoding puts them."""
+    from jaxdllm.train import TrainConfig
+    from jaxdllm.train.setup import batch_config_for
+
+    recipe = TrainConfig.from_dict({"model": {"preset": "tiny-llada2"}, "data": {"seq_len": 40, "batch_size": 2,
+                                                                                "pack": True}})
+    config = batch_config_for(recipe, ModelConfig.preset("tiny-llada2", block_size=8))
+    assert config.align == 8 and batch_config_for(recipe, ModelConfig.preset("tiny-llada")).align == 1
+    batch = next(make_batch_iterator(_examples(), tok, dataclasses.replace(config, shuffle=False)))
+    seg = batch["segment_ids"][0]
+    starts = [int(np.flatnonzero(seg == s)[0]) for s in range(1, seg.max() + 1)]
+    assert starts == [0, 16] and seg[26:32].tolist() == [0] * 6  # 10 tokens of add, then PAD to the block
+    assert batch["positions"][0, 16:26].tolist() == list(range(10))
 
 
 @pytest.mark.parametrize("pack", [False, True])

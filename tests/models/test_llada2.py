@@ -21,7 +21,8 @@ from jaxdllm.models import ExpertConfig
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
-from support.llada2_reference import TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint
+from support.llada2_reference import (TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint,
+                                     published_generate)
 
 TOL = 1e-4  # the fp32 parity tolerance of tests/checkpoint/test_hf_parity.py
 VARIANTS = {
@@ -254,7 +255,8 @@ def test_llada2_preset_runs_the_compiled_loop(tmp_path):
     make_llada2_checkpoint(tmp_path)
     model = jaxdllm.from_pretrained(tmp_path)
     config = SamplerConfig.preset("llada2", gen_length=64)
-    assert (config.block_length, config.policy.name, config.threshold, config.stop_at_eos) == (32, "threshold", 0.95, True)
+    assert (config.block_length, config.policy.name, config.threshold, config.stop_at_eos) == (
+        32, "threshold", 0.95, "block")
     with pytest.raises(jaxdllm.errors.InputError, match="differ in length"):
         generate(model, [[5, 6, 7, 8, 9], [10, 11, 12]], config)
     prompts = np.array([[5, 6, 7, 8, 9], [0, 0, 10, 11, 12]])
@@ -262,42 +264,11 @@ def test_llada2_preset_runs_the_compiled_loop(tmp_path):
     for row, prompt in enumerate([[5, 6, 7, 8, 9], [10, 11, 12]]):
         alone = generate(model, [prompt], config)
         np.testing.assert_array_equal(batch.generated[row], alone.generated[0])
-        assert 1 <= int(batch.nfe[row]) == int(alone.nfe[0]) <= 64
+        assert 1 <= int(batch.nfe[row]) == int(alone.nfe[0]) <= 64 + 32 - len(prompt)  # to the end of its last block
     assert batch.generated.shape == (2, 64)
     cached = generate(model, prompts, config.replace(cache="block"), attention_mask=np.array([[1] * 5, [0, 0, 1, 1, 1]]))
     np.testing.assert_array_equal(cached.generated, batch.generated)  # the block cache is exact here
     np.testing.assert_array_equal(cached.nfe, batch.nfe)
-
-
-def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold, max_post_steps):
-    """LLaDA2.1's generate with token editing, batch 1, written from the published description
-    (architectures.md): returns (tokens, forwards, edits). MASK is never a prediction (jaxdllm's rule)."""
-    mask_id = TINY["mask_token_id"]
-    x = torch.tensor([list(prompt) + [mask_id] * gen])
-    forwards = edits = 0
-    for blk in range(len(prompt) // block, (len(prompt) + gen) // block):
-        end, post = (blk + 1) * block, 0
-        while True:
-            old = x[:, end - block:end].clone()
-            masked = old == mask_id
-            post += int(not masked.any())
-            if post > max_post_steps:
-                break
-            forwards += 1
-            logits = llada2_forward(w, TINY, x[:, :end], mask=block_causal_mask(end, block))[0][:, -block:].double()
-            logits[..., mask_id] = -float("inf")
-            probs = logits.softmax(-1)
-            tokens = probs.argmax(-1)
-            p = probs.gather(-1, tokens[..., None])[..., 0]
-            commit = (p > threshold) & masked
-            if masked.any() and not commit.any():
-                commit[0, torch.where(masked, p, -1.0)[0].argmax()] = True
-            edit = ~masked & (p > editing_threshold) & (tokens != old)
-            edits += int(edit.sum())
-            x[:, end - block:end] = torch.where(commit | edit, tokens, old)
-            if not masked.any() and not edit.any():
-                break
-    return x[0].numpy(), forwards, edits
 
 
 @pytest.mark.parametrize("scale,threshold,editing_threshold,max_post_steps",
@@ -306,22 +277,20 @@ def _published_editing_loop(w, prompt, gen, block, threshold, editing_threshold,
 def test_token_editing_equals_the_published_loop(tmp_path, scale, threshold, editing_threshold, max_post_steps):
     """LLaDA2.1's `token_editing` policy in the compiled loop against the published loop (torch model,
     torch loop), on a checkpoint whose LM head is scaled so that tokens get committed, then edited:
-    same tokens and same forwards, for each row of a batch."""
-    from safetensors.torch import save_file
-
-    weights = make_llada2_checkpoint(tmp_path)
-    weights["lm_head.weight"] = weights["lm_head.weight"] * scale  # confident predictions: commits and edits
-    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    same tokens and same forwards, for each row of a batch of whole-block prompts and blocks of 32."""
+    weights = make_llada2_checkpoint(tmp_path, head_scale=scale)  # confident predictions: commits and edits
     model = jaxdllm.from_pretrained(tmp_path)
     config = SamplerConfig(gen_length=64, block_length=32, policy="token_editing", threshold=threshold,
-                           editing_threshold=editing_threshold, max_post_steps=max_post_steps)
+                           editing_threshold=editing_threshold, max_post_steps=max_post_steps,
+                           stop_at_eos="block")
     prompts = np.random.RandomState(1).randint(0, 150, (2, 32))  # whole blocks: no padding
     out = generate(model, prompts, config)
     for row, prompt in enumerate(prompts):
-        tokens, forwards, edits = _published_editing_loop(weights, prompt, 64, 32, threshold, editing_threshold,
-                                                          max_post_steps)
-        assert edits > 0  # the comparison covers edits
-        np.testing.assert_array_equal(out.tokens[row], tokens)
+        stats = {}
+        tokens, forwards = published_generate(weights, dict(TINY), prompt, 64, 32, threshold, editing_threshold,
+                                              max_post_steps, stats=stats)
+        assert stats["edits"] > 0  # the comparison covers edits
+        assert [int(t) for t in out.generated[row]][:len(tokens)] == tokens
         assert int(out.nfe[row]) == forwards
 
 
@@ -329,7 +298,7 @@ def test_llada2_1_preset_holds_the_published_settings():
     config = SamplerConfig.preset("llada2.1")
     assert (config.policy.name, config.threshold, config.editing_threshold, config.max_post_steps) == (
         "token_editing", 0.95, 0.9, 16)
-    assert config.block_length == 32 and config.stop_at_eos
+    assert config.block_length == 32 and config.stop_at_eos == "block"
     with pytest.raises(ConfigError, match="max_post_steps"):
         SamplerConfig.preset("llada2.1", max_post_steps=-1)
 

@@ -186,7 +186,7 @@ def llada2_forward(w: dict[str, torch.Tensor], cfg: dict, ids: torch.Tensor, mas
 
 def published_generate(w: dict[str, torch.Tensor], cfg: dict, prompt, gen_length: int, block: int,
                        threshold: float = 0.95, editing_threshold: float | None = None,
-                       max_post_steps: int = 16) -> tuple[list[int], int]:
+                       max_post_steps: int = 16, stats: dict | None = None) -> tuple[list[int], int]:
     """The published LLaDA2.0 `generate` (or, with `editing_threshold`, LLaDA2.1's), batch 1, greedy,
     written from its description (architectures.md, LLaDA2.0 / 2.1 decoding).
 
@@ -201,7 +201,8 @@ def published_generate(w: dict[str, torch.Tensor], cfg: dict, prompt, gen_length
 
     One rule is jaxdllm's, not the published code's: MASK is never a prediction (its logit is -inf).
     Returns `(answer, forwards)`: the answer cut after its first EOS (inclusive, within
-    `gen_length` tokens), and the number of forwards.
+    `gen_length` tokens), and the number of forwards. `stats`, if given, receives `"edits"`: the
+    committed tokens LLaDA2.1 replaced.
     """
     mask_id, eos_id = cfg["mask_token_id"], cfg["eos_token_id"]
     p_len = len(prompt)
@@ -233,6 +234,8 @@ def published_generate(w: dict[str, torch.Tensor], cfg: dict, prompt, gen_length
             edit = torch.zeros_like(commit)
             if editing_threshold is not None:
                 edit = ~masked & answer[None] & (p > editing_threshold) & (tokens != old)
+                if stats is not None:
+                    stats["edits"] = stats.get("edits", 0) + int(edit.sum())
             x[:, start:end] = torch.where(commit | edit, tokens, old)
             if editing_threshold is not None and not masked.any() and not edit.any():
                 break
