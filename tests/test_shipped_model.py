@@ -108,27 +108,32 @@ MOE = DEFAULT_MODEL.parent / "tasks-llada2-tiny"
 
 
 @pytest.mark.skipif(not (MOE / "config.json").is_file(), reason="no shipped MoE checkpoint")
-def test_the_shipped_moe_model_answers_copy_in_one_forward_with_the_llada2_preset():
-    """The card: 100 % on held-out copy prompts with `llada2`, about one forward each (40 of its 200)."""
+def test_the_shipped_moe_model_reverses_long_prompts_with_the_llada2_preset():
+    """The card: every held-out reverse prompt right with `llada2` (40 of its 200), in at most two
+    forwards each (the answer spans the block of the prompt's tail and the next)."""
     from jaxdllm import sampler_defaults
 
     model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
     assert model.config.experts.num_experts == 8 and model.config.checkpoint_format == "llada2"
-    result = evaluate_task(model, tok, "copy", sampler_defaults(MOE, "llada2"), n=40)
-    assert result["accuracy"] == 1.0 and result["mean_nfe"] <= 1.1, result
+    result = evaluate_task(model, tok, "reverse", sampler_defaults(MOE, "llada2"), n=40)
+    assert result["accuracy"] == 1.0 and result["mean_nfe"] <= 2.0, result
 
 
-@pytest.mark.slow  # four evaluations of 200 prompts
+@pytest.mark.slow  # six evaluations of 200 prompts
 @pytest.mark.skipif(not (MOE / "config.json").is_file(), reason="no shipped MoE checkpoint")
 def test_the_shipped_moe_model_matches_its_card():
-    """The card's table: copy 100 %, reverse 58 % (every 4-6 digit prompt right, no 7-8 digit one)
-    one token per step and with `llada2`; `llada2.1` within one prompt of that."""
+    """The card's table: copy and reverse 100 % one token per step and with `llada2`; `llada2.1`
+    41.0 % / 90.5 % (token editing on a model not trained to edit)."""
     from jaxdllm import sampler_defaults
 
     model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
-    for preset in (None, "llada2", "llada2.1"):
+    card = {None: (1.0, 1.0, 18.98, 22.61), "llada2": (1.0, 1.0, 1.79, 1.35), "llada2.1": (0.41, 0.905, 14.88, 6.01)}
+    for preset, (copy_acc, reverse_acc, copy_nfe, reverse_nfe) in card.items():
         config = sampler_defaults(MOE, preset)
         copy = evaluate_task(model, tok, "copy", config, n=200)
         reverse = evaluate_task(model, tok, "reverse", config, n=200)
-        assert copy["accuracy"] >= 0.995 and abs(reverse["accuracy"] - 0.58) <= 0.005, (preset, copy, reverse)
-        assert copy["mean_nfe"] == 16 if preset is None else copy["mean_nfe"] <= 1.05, (preset, copy)
+        assert abs(copy["accuracy"] - copy_acc) <= 0.005 and abs(reverse["accuracy"] - reverse_acc) <= 0.005, (
+            preset, copy, reverse)
+        assert abs(copy["mean_nfe"] - copy_nfe) <= 0.01 and abs(reverse["mean_nfe"] - reverse_nfe) <= 0.01, (
+            preset, copy, reverse)
+

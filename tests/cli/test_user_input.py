@@ -194,7 +194,7 @@ def test_model_section_keys_are_named():
 GENERATE_ERRORS = [
     (["--set", "threshold=abc", "--preset", "fast-dllm-parallel"], "threshold must be a number, got 'abc'"),
     (["--set", "cfg_scale=yes"], "cfg_scale must be a number, got 'yes'"),
-    (["--set", "stop_at_eos=maybe"], "stop_at_eos must be true or false, got 'maybe'"),
+    (["--set", "stop_at_eos=maybe"], "stop_at_eos must be true or false or one of 'block', got 'maybe'"),
     (["--set", "gen_length=16.5"], "gen_length must be an integer"),
     (["--threshold", "0.9"], "not of 'llada'"),
     (["--preset", "fast-dllm-parallel", "--threshold", "1.5"], "threshold must be in (0, 1]"),

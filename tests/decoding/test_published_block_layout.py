@@ -88,3 +88,32 @@ def test_token_stop_keeps_the_tokens_and_saves_forwards(tmp_path_factory):
     for i in range(len(LENGTHS)):
         assert up_to_eos(token.generated[i]) == up_to_eos(block.generated[i])
     assert (token.nfe <= block.nfe).all() and (token.nfe < block.nfe).any()
+
+
+@pytest.mark.parametrize("preset", ["llada2", "llada2.1"])
+def test_the_shipped_moe_decodes_as_the_published_loops(preset):
+    """A trained model: `tasks-llada2-tiny` (blocks of 8) on task prompts of 11 to 18 tokens, decoded
+    with its own block by the preset and by the published loop on the torch forward. With token
+    editing, the model re-decides committed tokens it was never trained to keep (its objective
+    scores masked positions only): "copy 2718=" oscillates until the post-mask step limit."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from jaxdllm.shipped import shipped_checkpoint
+
+    path = shipped_checkpoint("tasks-llada2-tiny")
+    cfg = json.loads((path / "config.json").read_text())
+    weights = {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
+    model, tok, _ = jaxdllm.load(path)
+    config = SamplerConfig.preset(preset, gen_length=16, block_length=8)
+    texts = ["copy 2718=", "copy 02206445=", "reverse 1234567=", "reverse 98765432="]
+    batch = jaxdllm.generate(model, tok(texts), config)
+    eos = cfg["eos_token_id"]
+    for i, text in enumerate(texts):
+        editing = config.editing_threshold if preset == "llada2.1" else None
+        want, forwards = published_generate(weights, cfg, tok([text]).ids[0], 16, 8, config.threshold, editing)
+        got = [int(t) for t in batch.generated[i]]
+        assert got[:got.index(eos) + 1] == want and int(batch.nfe[i]) == forwards, (text, tok.decode(want))
+    if preset == "llada2.1":
+        assert int(batch.nfe[0]) == 17  # one forward decides "2718<eos>", then 16 mask-free edit steps
