@@ -79,7 +79,8 @@ def plot(results: dict, path: Path) -> None:
         for label, by_task in results.items():
             cells = by_task.get(task, {})
             xs = sorted(cells, key=int)
-            ax.plot([int(x) for x in xs], [100 * cells[x]["accuracy"] for x in xs], "o-", label=label)
+            ax.plot([int(x) for x in xs], [100 * cells[x]["accuracy"] for x in xs], "o-", label=label, alpha=0.8)
+            ax.set_xticks([int(x) for x in xs])
         ax.set(title=task, xlabel="answer digits", ylabel="accuracy (%)", ylim=(-5, 105))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)

@@ -8,6 +8,16 @@ BOS 151643.
 config.json: a Qwen2 (or Dream, or Llama) config.json whose `bd_size` key holds the block size;
 every other key as that base family reads it. A `ModelConfig` with `checkpoint_format` "hf" and
 block-causal attention exports this way. Tensors: the Hugging Face Qwen2 / Llama names.
+
+Decoding (every block-causal model, BD3-LM's and LLaDA2's too): the published layout of
+`jaxdllm.decoding.layout`. Blocks sit at absolute positions from the start of each row; the block
+that holds the prompt's end is completed with MASK and decoded first (its prompt tokens stay), and
+decoding blocks smaller than the model's (Fast-dLLM v2's sub-blocks of 8: `block_length=8`,
+`cache="block"`) run in order inside it, those wholly inside the prompt skipped. One difference is
+kept: Fast-dLLM v2's `batch_sample` takes each block's first token from the argmax of the forward
+that writes the previous block into its cache; here the block's own steps decide it, from the
+same logit (a block's last position sees nothing after it), under the step's commit rule, so every
+decided token comes from a counted forward.
 """
 
 from __future__ import annotations

@@ -40,13 +40,24 @@ limited to the `topk_group` groups whose two best biased scores sum highest; wei
 chosen experts' unbiased scores normalised to 1, times 2.5. Ties go to the lower index.
 
 Decoding: `SamplerConfig.preset("llada2")` (2.0): blocks of 32, 32 steps per block (at least one
-token per step, and every masked token above 0.95), greedy, stop at EOS. `preset("llada2.1")`: the
-same commits plus token editing (policy `token_editing`: a committed token of the block whose top-1
-now differs, above 0.9, is replaced; a block stays open while edits continue, up to 16 mask-free
-steps). Differences from the published `generate`: generation starts on a block boundary (the
-prompt is left-padded to whole blocks, the batch decodes one block schedule) where the published
-loop starts in the block holding the prompt's end; a row stops as soon as its EOS and everything
-before it are decided, where the published loop finishes the EOS's block; MASK is never predicted.
+token per step, and every masked token above 0.95), greedy. `preset("llada2.1")`: the same commits
+plus token editing (policy `token_editing`: a committed answer token of the block whose top-1 now
+differs, above 0.9, is replaced; a block stays open while edits continue, up to 16 mask-free
+steps). Both decode in the published layout (`jaxdllm.decoding.layout`): blocks at absolute
+positions, decoding from the block that holds the prompt's end (its prompt tokens never change),
+up to the end of the block that holds the last generated position, and a row stops after the block
+that holds its EOS (`stop_at_eos="block"`). `tests/decoding/test_published_block_layout.py` checks
+tokens and forwards against the published loops, alone and in ragged batches.
+
+Differences kept from the published `generate`, each for a reason:
+- MASK is never a prediction (its logit is -inf): the published loop would commit MASK and then
+  treat the position as undecided again.
+- Probabilities are computed in float32 (the published code: the model's dtype for the softmax).
+- Several prompts decode in one batch, each row as it would alone (the published loops take one
+  prompt; LLaDA2.1's refuses batches).
+- `stop_at_eos=True` is available: a row stops as soon as its EOS and everything before it are
+  decided, which keeps LLaDA2.0's tokens and saves the rest of the EOS's block (not LLaDA2.1's:
+  an edit may still change the block).
 """
 
 from __future__ import annotations
