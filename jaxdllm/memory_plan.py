@@ -189,8 +189,8 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
                   mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu",
                   options: RunOptions | None = None) -> MemoryPlan:
     """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`
-    (block-causal models: the canvas also holds the block of the prompt's tail when `prompt_len`
-    does not fill whole blocks).
+    (block-causal models: the canvas also holds the block of the prompt's tail, a block of padding
+    when `prompt_len` fills whole blocks).
 
     Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
     `options`' own); `kv_cache` (prefix/dual
@@ -208,9 +208,9 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     rows = _local(batch, mesh.batch_shards)
     # the draft canvas keeps an exact cache, one verify layout longer
     draft = sampler.policy.method == DRAFT_CANVAS.name
-    # A block-causal canvas: the prompt's whole blocks, the block holding its tail (if any), then G.
+    # A block-causal canvas: the prompt's whole blocks, the block that holds its tail, then G.
     unit = 1 if draft else block_unit(c, sampler)
-    total = prompt_len // unit * unit + (unit if prompt_len % unit else 0) + sampler.gen_length
+    total = prompt_len // unit * unit + (unit if unit > 1 else 0) + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
     cached = sampler.cache.keeps_kv or draft

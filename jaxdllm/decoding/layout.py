@@ -159,7 +159,7 @@ def prompt_bucket(model_config, config, prompt_len: int) -> int:
     """
     unit = block_unit(model_config, config)
     bucket = math.lcm(config.prompt_bucket, unit)
-    lead = unit if unit > 1 else 0  # a block-causal canvas may add the block of the prompt tails
+    lead = unit if unit > 1 else 0  # a block-causal canvas adds the block of the prompt tails
     context = prompt_len // unit * unit
     if -(-context // bucket) * bucket + lead + config.gen_length > model_config.max_position:
         return unit
@@ -173,9 +173,11 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
     Row r with P_r prompt tokens decodes from the block of `unit` that holds position P_r (its
     start `s_r = P_r // unit * unit`). Rows are left-padded by `C - s_r` columns, C the largest
     `s_r` rounded up to `bucket` (a multiple of `unit`), so every row's first decoded block starts
-    at column C; that block (the `lead`, present when some prompt does not fill whole blocks)
-    holds the prompt tails followed by MASK. C is at least `min_context` (token-shifted models read
-    the logit of the column before the first decoded block).
+    at column C; that block (the `lead`) holds the prompt tails followed by MASK. C is at least
+    `min_context` (token-shifted models read the logit of the column before the first decoded
+    block). The lead is there whatever the prompt lengths, so every prompt in a bucket gives the
+    same shapes (one compiled loop); a row whose prompt fills whole blocks decodes `gen_length`
+    columns from C, and its columns after them are padding (see `CanvasView.of`).
 
     Returns `(ids [B, C + lead], seg [B, C + lead], answer_start [B], lead)`: seg is 1 on prompt
     tokens and on the lead's MASK columns, 0 on padding; `answer_start` is each row's first
@@ -189,7 +191,7 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
         raise InputError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
     lengths = mask.sum(1)
     starts = lengths // unit * unit
-    lead = unit if (lengths > starts).any() else 0
+    lead = unit
     context = -(-max(int(starts.max()), min_context) // bucket) * bucket
     out = np.full((ids.shape[0], context + lead), pad_id, np.int32)
     seg = np.zeros_like(out)

@@ -54,7 +54,8 @@ def up_to_eos(tokens) -> list[int]:
     return tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+# The default run: LLaDA2.0, and LLaDA2.1 where it edits; the slow run also LLaDA2.1 as published.
+@pytest.mark.parametrize("preset", [p if p != "llada2.1" else pytest.param(p, marks=pytest.mark.slow) for p in PRESETS])
 def test_presets_decode_as_the_published_loops(checkpoint, preset):
     model, weights = checkpoint
     config = sampler_config(preset)
@@ -77,6 +78,7 @@ def test_presets_decode_as_the_published_loops(checkpoint, preset):
     assert (batch.nfe < np.array(decoded)).any(), (batch.nfe, decoded)
 
 
+@pytest.mark.slow  # the default run's 6-minute budget
 def test_token_stop_keeps_the_tokens_and_saves_forwards(tmp_path_factory):
     """`stop_at_eos=True` (a row stops as soon as its EOS and everything before it are decided)
     keeps LLaDA2.0's tokens up to EOS and never takes more forwards than the published block finish
