@@ -41,7 +41,8 @@ def assert_same(a, b):
 
 
 @pytest.mark.parametrize("policy,block_length", [
-    ("llada", 8), ("threshold", 8),  # block_length == the model's block_size
+    ("llada", 8),  # block_length == the model's block_size (threshold: also in test_published_block_layout.py)
+    pytest.param("threshold", 8, marks=pytest.mark.slow),  # the default run's 6-minute budget
     ("threshold", 4),                # Fast-dLLM v2 sub-blocks: each step feeds the whole model block
     ("llada", 16),                   # a decoding block of two model blocks
 ])
@@ -84,6 +85,7 @@ def test_cached_kv_of_finished_blocks_equal_the_models_forward(model):
                                        rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # the default run's 6-minute budget; LLaDA2's rows alone: test_published_block_layout.py
 def test_block_cache_rows_decode_as_alone(model):
     """Padding invariance; bucket 4 is rounded up to the model's block_size 8 (else the rows'
     generations would start at different offsets inside a model block)."""
