@@ -53,6 +53,9 @@ Differences kept from the published `generate`, each for a reason:
 - MASK is never a prediction (its logit is -inf): the published loop would commit MASK and then
   treat the position as undecided again.
 - Probabilities are computed in float32 (the published code: the model's dtype for the softmax).
+- LLaDA2.0's mask commits use the `threshold` policy's inclusive rule (p >= 0.95; the published
+  loop: p > 0.95), shared with Fast-dLLM's presets; only a probability exactly at the threshold
+  differs.
 - Several prompts decode in one batch, each row as it would alone (the published loops take one
   prompt; LLaDA2.1's refuses batches).
 - `stop_at_eos=True` is available: a row stops as soon as its EOS and everything before it are
