@@ -44,6 +44,7 @@ def test_loss_falls_on_the_task_suite():
     assert last < 0.6 * first, (first, last)
 
 
+@pytest.mark.slow  # the default run's 6-minute budget; the interrupted-run test below resumes to the same weights too
 def test_resume_equals_uninterrupted_training(tmp_path):
     straight = Trainer(recipe(), mesh=one_device())
     straight.train()
