@@ -125,17 +125,23 @@ def put_window(x: jax.Array, start, values: jax.Array) -> jax.Array:
     return x.at[rows, idx].set(values.astype(x.dtype), mode="drop")
 
 
-def prepare_prompts(input_ids, attention_mask, bucket: int, pad_id: int):
-    """Left-pad prompts to a multiple of `bucket` on the host (numpy: no device op, no compile).
-
-    Returns `(ids [B, Lp], seg [B, Lp], extra)` with `extra` the padding columns added.
-    """
+def _ids_and_mask(input_ids, attention_mask) -> tuple[np.ndarray, np.ndarray]:
+    """`(ids, mask)` as int32 `[B, Lp]` host arrays (the mask all ones when None)."""
     ids = np.asarray(input_ids, np.int32)
     if ids.ndim != 2:
         raise InputError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
     mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
     if mask.shape != ids.shape:
         raise InputError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+    return ids, mask
+
+
+def prepare_prompts(input_ids, attention_mask, bucket: int, pad_id: int):
+    """Left-pad prompts to a multiple of `bucket` on the host (numpy: no device op, no compile).
+
+    Returns `(ids [B, Lp], seg [B, Lp], extra)` with `extra` the padding columns added.
+    """
+    ids, mask = _ids_and_mask(input_ids, attention_mask)
     extra = -ids.shape[1] % bucket
     return (np.pad(ids, ((0, 0), (extra, 0)), constant_values=pad_id), np.pad(mask, ((0, 0), (extra, 0))), extra)
 
@@ -183,12 +189,7 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
     tokens and on the lead's MASK columns, 0 on padding; `answer_start` is each row's first
     answer column (`C + P_r - s_r`).
     """
-    ids = np.asarray(input_ids, np.int32)
-    if ids.ndim != 2:
-        raise InputError(f"input_ids must be [batch, prompt_len], got shape {ids.shape}")
-    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int32)
-    if mask.shape != ids.shape:
-        raise InputError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+    ids, mask = _ids_and_mask(input_ids, attention_mask)
     lengths = mask.sum(1)
     starts = lengths // unit * unit
     lead = unit
