@@ -20,7 +20,7 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
-from jaxdllm.decoding.layout import block_unit
+from jaxdllm.decoding.layout import block_lead, block_unit
 from jaxdllm.decoding.methods import DRAFT_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
@@ -209,8 +209,8 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     # the draft canvas keeps an exact cache, one verify layout longer
     draft = sampler.policy.method == DRAFT_CANVAS.name
     # A block-causal canvas: the prompt's whole blocks, the block that holds its tail, then G.
-    unit = 1 if draft else block_unit(c, sampler)
-    total = prompt_len // unit * unit + (unit if unit > 1 else 0) + sampler.gen_length
+    unit, lead = (1, 0) if draft else (block_unit(c, sampler), block_lead(c, sampler))
+    total = prompt_len // unit * unit + lead + sampler.gen_length
     kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
     cached = sampler.cache.keeps_kv or draft

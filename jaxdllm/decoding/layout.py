@@ -154,6 +154,12 @@ def block_unit(model_config, config) -> int:
     return math.lcm(config.block_length, model_config.block_size)
 
 
+def block_lead(model_config, config) -> int:
+    """Columns of the first decoded block that a block-causal canvas adds after the prompt's whole
+    blocks (the block of the prompt tails: `block_unit`); 0 for other models."""
+    return block_unit(model_config, config) if model_config.attention == "block_causal" else 0
+
+
 def prompt_bucket(model_config, config, prompt_len: int) -> int:
     """The multiple prompts of `prompt_len` tokens are left-padded to.
 
@@ -165,9 +171,9 @@ def prompt_bucket(model_config, config, prompt_len: int) -> int:
     """
     unit = block_unit(model_config, config)
     bucket = math.lcm(config.prompt_bucket, unit)
-    lead = unit if unit > 1 else 0  # a block-causal canvas adds the block of the prompt tails
     context = prompt_len // unit * unit
-    if -(-context // bucket) * bucket + lead + config.gen_length > model_config.max_position:
+    canvas = -(-context // bucket) * bucket + block_lead(model_config, config) + config.gen_length
+    if canvas > model_config.max_position:
         return unit
     return bucket
 
@@ -185,16 +191,15 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
     same shapes (one compiled loop); a row whose prompt fills whole blocks decodes `gen_length`
     columns from C, and its columns after them are padding (see `CanvasView.of`).
 
-    Returns `(ids [B, C + lead], seg [B, C + lead], answer_start [B], lead)`: seg is 1 on prompt
+    Returns `(ids [B, C + unit], seg [B, C + unit], answer_start [B])`: seg is 1 on prompt
     tokens and on the lead's MASK columns, 0 on padding; `answer_start` is each row's first
     answer column (`C + P_r - s_r`).
     """
     ids, mask = _ids_and_mask(input_ids, attention_mask)
     lengths = mask.sum(1)
     starts = lengths // unit * unit
-    lead = unit
     context = -(-max(int(starts.max()), min_context) // bucket) * bucket
-    out = np.full((ids.shape[0], context + lead), pad_id, np.int32)
+    out = np.full((ids.shape[0], context + unit), pad_id, np.int32)
     seg = np.zeros_like(out)
     answer_start = context + lengths - starts
     for r in range(ids.shape[0]):
@@ -202,4 +207,4 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
         out[r, first:answer_start[r]] = ids[r][mask[r] == 1]
         out[r, answer_start[r]:] = mask_id
         seg[r, first:] = 1
-    return out, seg, answer_start.astype(np.int32), lead
+    return out, seg, answer_start.astype(np.int32)

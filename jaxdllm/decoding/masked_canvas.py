@@ -20,9 +20,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.layout import slice_window
+from jaxdllm.decoding.layout import block_unit, slice_window
 from jaxdllm.decoding.policies import StepContext
-from jaxdllm.decoding.layout import block_unit
 from jaxdllm.decoding.state import (DecodeState, commit_window, fill_answer, record_trajectory, stop_after_eos_block,
                                     stop_at_eos)
 from jaxdllm.errors import ConfigError

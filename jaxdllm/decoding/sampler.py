@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
-from jaxdllm.decoding.layout import Layout, block_unit, prepare_block_prompts, prepare_prompts, prompt_bucket
+from jaxdllm.decoding.layout import Layout, block_lead, prepare_block_prompts, prepare_prompts, prompt_bucket
 from jaxdllm.decoding.loop import decode, decode_stepwise, decode_to_export
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
@@ -127,10 +127,11 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     answer_start = prompts = None
     lead = extra = 0
     if model_config.attention == "block_causal" and method_of(config).name == "masked_canvas":
+        lead = block_lead(model_config, config)
         # A token-shifted model reads the logit before the first decoded block: keep a block of context.
-        ids, seg, answer_start, lead = prepare_block_prompts(
-            input_ids, attention_mask, block_unit(model_config, config), bucket, pad_id, model_config.mask_token_id,
-            min_context=block_unit(model_config, config) if model_config.shift_logits else 0)
+        ids, seg, answer_start = prepare_block_prompts(input_ids, attention_mask, lead, bucket, pad_id,
+                                                       model_config.mask_token_id,
+                                                       min_context=lead if model_config.shift_logits else 0)
         prompts = np.asarray(input_ids)
     else:
         ids, seg, extra = prepare_prompts(input_ids, attention_mask, bucket, pad_id)
