@@ -48,9 +48,9 @@ GPU_AUTO: dict[str, str] = {"bidirectional": "cudnn", "causal": "cudnn", "block_
 
 def cudnn_can_run(mask: MaskSpec, q: jax.Array, k: jax.Array) -> bool:
     """Whether `jax.nn.dot_product_attention(implementation="cudnn")` expresses this call: bf16 or
-    fp16, head_dim a multiple of 8 up to 128, no segment ids, no query offset, and for causal
+    fp16, head_dim a multiple of 8 up to 128, no segment ids, no query offset, no sliding window, and for causal
     masks as many queries as keys."""
-    if mask.kind not in ("bidirectional", "causal") or mask.q_segment_ids is not None:
+    if mask.kind not in ("bidirectional", "causal") or mask.q_segment_ids is not None or mask.window is not None:
         return False
     offset = mask.q_offset
     if isinstance(offset, jax.core.Tracer) or jnp.ndim(offset) or int(offset) != 0:

@@ -25,6 +25,11 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     its own column's levels up to l (one Jacobi trajectory per column). A branch token sees its
     own branch up to itself. With `levels = 0` it is the plain multi-branch verification layout.
 
+A sliding window (`window=W`, with `causal` or `bidirectional`; Gemma 4's sliding layers) also
+hides keys W or more positions back: a causal query i sees keys j with i - W < j <= i; a
+bidirectional call (a DiffusionGemma canvas over its cache) sees its own keys and the W - 1 keys
+before its first query (`q_offset`), i.e. keys j > q_offset - W.
+
 Segment ids (optional, `[B, Lq]` and `[B, Lk]`) further restrict visibility to equal ids. Use
 0 for padding: real tokens (ids >= 1) never see padding keys; padding queries see only
 padding keys, so their rows stay finite.
@@ -44,6 +49,7 @@ from jaxdllm.errors import ConfigError
 MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead"]
 MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing")
+_WINDOWED = ("causal", "bidirectional")
 
 
 @struct.dataclass
@@ -60,6 +66,7 @@ class MaskSpec:
       window_shape: `(levels, width, branch_len)` of the `lookahead` layout (static).
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
+      window: sliding window W (static; `causal` and `bidirectional` only): see the module notes.
     """
 
     kind: str = struct.field(pytree_node=False, default="bidirectional")
@@ -69,12 +76,17 @@ class MaskSpec:
     q_segment_ids: jax.Array | None = None
     kv_segment_ids: jax.Array | None = None
     window_shape: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
+    window: int | None = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
         if self.kind not in MASK_KINDS:
             raise ConfigError(f"mask kind must be one of {MASK_KINDS}, got {self.kind!r}")
         if self.kind in _NEEDS_BLOCK and (self.block_size is None or self.block_size <= 0):
             raise ConfigError(f"mask kind {self.kind!r} needs a positive block_size")
+        if self.window is not None and (self.kind not in _WINDOWED or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise ConfigError(f"a sliding window must be a positive int on a {_WINDOWED} mask; got window="
+                              f"{self.window!r} on {self.kind!r}")
         if self.kind == "lookahead":
             shape = self.window_shape
             if (not isinstance(shape, tuple) or len(shape) != 3 or any(not isinstance(x, int) or x < 0 for x in shape)
@@ -110,6 +122,11 @@ class MaskSpec:
         and `[1, Lk]`), or against `[B, 1, 1]` when `prefix_len` is per row.
         """
         bs = self.block_size
+        if self.window is not None:  # Gemma 4's sliding layers
+            anchor = q_idx if self.kind == "causal" else jnp.asarray(self.q_offset, jnp.int32)
+            near = k_idx > anchor - self.window
+            return near & (k_idx <= q_idx) if self.kind == "causal" else jnp.broadcast_to(
+                near, jnp.broadcast_shapes(jnp.shape(q_idx), jnp.shape(k_idx)))
         if self.kind == "bidirectional":
             return jnp.ones(jnp.broadcast_shapes(jnp.shape(q_idx), jnp.shape(k_idx)), bool)
         if self.kind == "causal":

@@ -78,13 +78,13 @@ def _rule(mask: MaskSpec, q_idx: jax.Array, k_idx: jax.Array, q_len: int, kv_len
 
 @functools.lru_cache(maxsize=64)
 def _static_mask(kind: str, block_size: int | None, window_shape, q_offset: int, prefix_len: int, q_len: int,
-                 kv_len: int, q_pad: int, kv_pad: int) -> np.ndarray:
+                 kv_len: int, q_pad: int, kv_pad: int, window: int | None = None) -> np.ndarray:
     """The padded `[q_pad, kv_pad]` numpy mask of a static structure (cached per shape)."""
     spec = MaskSpec(kind=kind, block_size=block_size, q_offset=q_offset, prefix_len=prefix_len,
-                    window_shape=window_shape)
+                    window_shape=window_shape, window=window)
     q_idx = np.arange(q_pad, dtype=np.int64)[:, None]
     k_idx = np.arange(kv_pad, dtype=np.int64)[None, :]
-    if kind == "bidirectional":
+    if kind == "bidirectional" and window is None:
         visible = np.broadcast_to(k_idx < kv_len, (q_pad, kv_pad))
     else:
         visible = np.asarray(spec.visible_at(q_idx + q_offset, k_idx, kv_len)) & (k_idx < kv_len)
@@ -197,7 +197,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
     q_pad, kv_pad = _round_up(lq, _LANES), _round_up(lk, _LANES)
     plan = _Plan(q_len=lq, kv_len=lk, q_pad=q_pad, kv_pad=kv_pad, heads=h, interpret=interpret,
                  static_mask=(_static_mask(mask.kind, mask.block_size, mask.window_shape, q_off, prefix or 0, lq, lk,
-                                           q_pad, kv_pad)
+                                           q_pad, kv_pad, mask.window)
                               if static else None),
                  per_row_mask=not static and jnp.ndim(mask.prefix_len) == 1)
     dyn = None if static else _dynamic_masks(mask, plan)

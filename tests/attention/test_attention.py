@@ -26,15 +26,18 @@ CASES = [
     ("lookahead", 1 + 4 * 3 + 2 * 4, 6 + 1 + 4 * 3 + 2 * 4, {"prefix": 6, "q_offset": 6, "window_shape": (4, 3, 4)}),
     ("lookahead", 6 + 1 + 2 * 5 + 3 * 2, 6 + 1 + 2 * 5 + 3 * 2, {"prefix": 6, "window_shape": (2, 5, 2)}),
     ("lookahead", 1 + 3 * 4, 9 + 1 + 3 * 4, {"prefix": 9, "q_offset": 9, "window_shape": (0, 0, 4)}),
+    ("causal", 13, 13, {"window": 4}),
+    ("causal", 5, 17, {"q_offset": 12, "window": 6}),
+    ("bidirectional", 6, 20, {"q_offset": 14, "window": 5}),
 ]
 
 
 @pytest.mark.parametrize("kind,q_len,kv_len,kw", CASES)
 def test_dense_mask_matches_published_rules(kind, q_len, kv_len, kw):
     spec = MaskSpec(kind=kind, block_size=kw.get("block"), q_offset=kw.get("q_offset", 0),
-                    prefix_len=kw.get("prefix", 0), window_shape=kw.get("window_shape"))
-    expected = brute_force(kind, q_len, kv_len, q_offset=kw.get("q_offset", 0),
-                           block=kw.get("block"), prefix=kw.get("prefix", 0), window_shape=kw.get("window_shape"))
+                    prefix_len=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"))
+    expected = brute_force(kind, q_len, kv_len, q_offset=kw.get("q_offset", 0), block=kw.get("block"),
+                           prefix=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"))
     np.testing.assert_array_equal(np.asarray(spec.dense(q_len, kv_len))[0], expected)
 
 
@@ -59,6 +62,8 @@ def test_mask_spec_validation():
         MaskSpec(kind="sliding")
     with pytest.raises(ValueError, match="window_shape"):
         MaskSpec(kind="lookahead", window_shape=(2, 0, 3))
+    with pytest.raises(ValueError, match="sliding window"):
+        MaskSpec(kind="block_causal", block_size=4, window=8)
     with pytest.raises(ValueError, match="even"):
         MaskSpec(kind="block_diffusion", block_size=2).dense(5, 5)
 

@@ -30,6 +30,8 @@ CASES = {
     "bidirectional_padding": (MaskSpec.from_padding(SEG > 0), 37, 37, 4, 2),
     "lookahead_over_a_cache": (MaskSpec(kind="lookahead", window_shape=(4, 5, 4), q_offset=9, prefix_len=9),
                                1 + 4 * 5 + 5 * 4, 9 + 1 + 4 * 5 + 5 * 4, 4, 2),
+    "sliding_window_causal": (MaskSpec(kind="causal", window=11), 37, 37, 4, 2),
+    "sliding_window_canvas_over_a_cache": (MaskSpec(window=11, q_offset=29), 16, 45, 4, 1),
 }
 
 

@@ -27,15 +27,18 @@ def lookahead_context(slot):
     return set()
 
 
-def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window_shape=None):
+def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window_shape=None, window=None):
+    """`[q_len, kv_len]` visibility, one pair at a time. `window` (Gemma 4 sliding layers): a causal
+    query at q sees at most the W keys q-W+1..q; a bidirectional call sees its own keys and the W-1
+    cached keys before its first query."""
     out = np.zeros((q_len, kv_len), bool)
     n = kv_len // 2
     for i, j in itertools.product(range(q_len), range(kv_len)):
         q = q_offset + i
         if kind == "bidirectional":
-            ok = True
+            ok = True if window is None else j >= q_offset - (window - 1)
         elif kind == "causal":
-            ok = j <= q
+            ok = j <= q and (window is None or q - j < window)
         elif kind == "block_causal":
             ok = j // block <= q // block
         elif kind == "block_diffusion":
