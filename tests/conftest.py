@@ -72,12 +72,15 @@ def pytest_make_collect_report(collector):
 
 @pytest.fixture(autouse=True)
 def _seed_torch():
-    """Torch's global seed before each test, where torch is installed (its tests skip without it)."""
+    """Torch's global seed before each test, where torch is installed (its tests skip without it), and
+    one torch thread: torch's thread pool and XLA's contend for the machine's cores, and a tiny torch
+    reference then waits up to seconds per call for its threads."""
     try:
         import torch
     except ImportError:
         return
     torch.manual_seed(0)
+    torch.set_num_threads(1)
 
 
 _COMPILES: list[str] = []

@@ -50,8 +50,9 @@ def config_to_hf(config: ModelConfig, dtype: str | None = None) -> dict:
     that key); default: the source's, else float32."""
     out = dict(config.source_config or {})
     dtype_key = "dtype" if "dtype" in out else "torch_dtype"
-    family_of(config).config_to_hf(config, out)
-    for key in SPECIAL_ID_KEYS:
+    family = family_of(config)
+    family.config_to_hf(config, out)
+    for key in () if family.writes_special_ids else SPECIAL_ID_KEYS:
         value = getattr(config, key)
         if value is not None and first_id(out.get(key)) != value:
             out[key] = value

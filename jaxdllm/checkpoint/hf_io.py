@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
+from jaxdllm.models.families.diffusion_gemma import VISION_PREFIXES
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.checkpoint.hf_names import is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
@@ -217,6 +218,9 @@ def verify_checkpoint(path: str | Path) -> dict:
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
+    vision = sum(name.startswith(VISION_PREFIXES) for name in files) if config.checkpoint_format == "diffusion_gemma" else 0
+    if vision:
+        log.warning("%s: skipping its %d vision tensors (jaxdllm runs DiffusionGemma on text)", directory, vision)
     unique = set(files.values())
     return {"tensors": len(table), "files": len(unique), "bytes": sum(f.stat().st_size for f in unique)}
 
@@ -268,6 +272,9 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
+    vision = sum(name.startswith(VISION_PREFIXES) for name in files) if config.checkpoint_format == "diffusion_gemma" else 0
+    if vision:
+        log.warning("%s: skipping its %d vision tensors (jaxdllm runs DiffusionGemma on text)", directory, vision)
 
     abstract = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
@@ -283,8 +290,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
             shape = tuple(var.get_value().shape)
             if shape[len(index):] != t.shape:  # a bug in the table, not in the checkpoint
                 raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {shape}")
-            raw = handle.get_tensor(t.name) if t.rows is None else handle.get_slice(t.name)[t.rows[0]:t.rows[1]]
-            host = t.to_jax(raw)
+            host = t.to_jax(t.read(handle))
             kept = var.get_value().dtype  # a float parameter keeps its own dtype (the routers' float32 bias);
             want = kept if jnp.issubdtype(kept, jnp.floating) else target  # an int8 kernel loads as floats first
             if host.dtype != want:
@@ -389,6 +395,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
     weight_map, total = {}, 0
     for fname, shard in zip(names, shards):
         parts: dict[str, list[np.ndarray]] = {}  # a fused tensor's parts, in row order
+        axes: dict[str, int] = {}
         for t in shard:
             path, index = param_location(t, model.options.scan_layers)
             value = _sliced(params[path].get_value(), index)
@@ -396,8 +403,9 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
             if scale_at in params:  # an int8 kernel is written as the float kernel it stands for
                 value = quantize.dequantize(value, _sliced(params[scale_at].get_value(), index))
             parts.setdefault(t.name, []).append(t.to_hf(_to_host(value).astype(np_dtype)))
+            axes[t.name] = t.axis
             weight_map[t.name] = fname
-        tensors = {name: p[0] if len(p) == 1 else np.concatenate(p) for name, p in parts.items()}
+        tensors = {name: p[0] if len(p) == 1 else np.concatenate(p, axis=axes[name]) for name, p in parts.items()}
         del parts
         total += sum(w.nbytes for w in tensors.values())
         if writer:

@@ -43,11 +43,11 @@ class KVCache:
              stacked: bool = False) -> "KVCache":
         """An empty cache of `max_length` slots per row, in `dtype`; `stacked`: one array per K and V
         (a `scan_layers` model). `Transformer.init_cache` fills both in from the model's options."""
-        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
         if stacked:
-            zeros = jnp.zeros((config.num_layers, *shape), dtype)
-        else:
-            zeros = tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+            zeros = jnp.zeros((config.num_layers, batch_size, max_length, *config.kv_shape(0)), dtype)
+        else:  # per layer: Gemma 4's full layers have a shape of their own
+            zeros = tuple(jnp.zeros((batch_size, max_length, *config.kv_shape(i)), dtype)
+                          for i in range(config.num_layers))
         return cls(k=zeros, v=zeros, segment_ids=jnp.zeros((batch_size, max_length), jnp.int32))
 
     @property

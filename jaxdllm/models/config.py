@@ -18,7 +18,8 @@ AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
 # Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names
 # (each family's `tensor_table` in jaxdllm.models.families).
-CHECKPOINT_FORMATS = ("llada", "hf", "llada2")  # llada2: LLaDA2's fused qkv and per-expert names
+CHECKPOINT_FORMATS = ("llada", "hf", "llada2", "diffusion_gemma")  # llada2: LLaDA2's fused qkv and per-expert names
+LAYER_TYPES = ("sliding", "full")
 ROPE_SCALING_TYPES = ("llama3", "linear")
 
 
@@ -121,6 +122,55 @@ EXPERT_FIELDS = tuple(f.name for f in dataclasses.fields(ExpertConfig))
 
 
 @dataclasses.dataclass(frozen=True)
+class Gemma4Layers:
+    """Gemma 4's layers (DiffusionGemma): sliding and full attention layers, each with a dense MLP and
+    routed experts side by side, and the numerics that differ from the LLaMA-style block.
+
+    Sliding layers use `ModelConfig.num_kv_heads`, `head_dim` and `rope_theta` (RoPE on the whole
+    head); full layers have their own shape, share one projection for K and V (V is the raw K
+    projection through a scale-free RMSNorm) and rotate only a fraction of their frequencies
+    ("proportional" RoPE: the frequencies of the whole head dim, the rest set to zero).
+
+    Attributes:
+      layer_types: per layer, `"sliding"` or `"full"`.
+      sliding_window: W: a sliding layer's query sees at most W keys back (see `MaskSpec.window`).
+      full_head_dim, full_kv_heads: the full layers' head dim and K/V heads (`global_head_dim`,
+        `num_global_key_value_heads`).
+      full_rope_theta, full_rotary_fraction: the full layers' RoPE base and the fraction of their
+        frequency pairs that rotate (`partial_rotary_factor`).
+      final_softcap: logits become `cap * tanh(logits / cap)` (None: no cap).
+    """
+
+    layer_types: tuple[str, ...]
+    sliding_window: int
+    full_head_dim: int
+    full_kv_heads: int
+    full_rope_theta: float = 1_000_000.0
+    full_rotary_fraction: float = 0.25
+    final_softcap: float | None = 30.0
+
+    def __post_init__(self):
+        if isinstance(self.layer_types, list):
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        check_fields(self, "gemma4.")
+        bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if bad or not self.layer_types:
+            raise ConfigError(f"gemma4.layer_types must list {LAYER_TYPES} per layer, got {bad or 'none'}")
+        for name in ("sliding_window", "full_head_dim", "full_kv_heads"):
+            require_positive_int(getattr(self, name), name)
+        rotated = self.full_head_dim * self.full_rotary_fraction
+        if self.full_head_dim % 2 or not 0 < self.full_rotary_fraction <= 1 or rotated % 2:
+            raise ConfigError(f"full layers rotate an even number of dims of an even head: full_head_dim "
+                              f"{self.full_head_dim} x full_rotary_fraction {self.full_rotary_fraction}")
+        if self.full_rope_theta <= 0 or (self.final_softcap is not None and self.final_softcap <= 0):
+            raise ConfigError("full_rope_theta and final_softcap must be positive")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Gemma4Layers":
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """What a jaxdllm `Transformer` is: shape, numerics and special tokens.
 
@@ -152,6 +202,7 @@ class ModelConfig:
         rest pass through (LLaDA2's `partial_rotary_factor`, 0.5).
       experts: the routed-expert settings of an MoE model (`ExpertConfig`); None for a dense model
         (every layer an `MLP`).
+      gemma4: Gemma 4's layers (`Gemma4Layers`: DiffusionGemma); None for the LLaMA-style block.
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -183,6 +234,7 @@ class ModelConfig:
     qk_norm: bool = False
     rotary_fraction: float = 1.0
     experts: ExpertConfig | None = None
+    gemma4: Gemma4Layers | None = None
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -219,8 +271,25 @@ class ModelConfig:
         if self.experts is not None and self.experts.first_dense_layers > self.num_layers:
             raise ConfigError(f"first_dense_layers must be in [0, num_layers={self.num_layers}], "
                               f"got {self.experts.first_dense_layers}")
+        g = self.gemma4
+        if g is not None:
+            if len(g.layer_types) != self.num_layers:
+                raise ConfigError(f"gemma4.layer_types lists {len(g.layer_types)} layers; the model has "
+                                  f"{self.num_layers}")
+            if self.num_heads % g.full_kv_heads:
+                raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of gemma4.full_kv_heads "
+                                  f"({g.full_kv_heads})")
+            if self.experts is not None and self.experts.first_dense_layers:
+                raise ConfigError("Gemma 4 layers run their experts beside the dense MLP in every layer: "
+                                  "first_dense_layers must be 0")
 
     # -- derived ------------------------------------------------------------------------------
+    def kv_shape(self, index: int) -> tuple[int, int]:
+        """`(kv heads, head dim)` of layer `index` (Gemma 4's full layers have their own)."""
+        if self.gemma4 is not None and self.gemma4.layer_types[index] == "full":
+            return self.gemma4.full_kv_heads, self.gemma4.full_head_dim
+        return self.num_kv_heads, self.head_dim
+
     @property
     def rope_dim(self) -> int:
         """Dims of each head that RoPE rotates (`head_dim * rotary_fraction`)."""
@@ -237,6 +306,8 @@ class ModelConfig:
     @property
     def identical_layers(self) -> bool:
         """Whether every layer has the same parameters' shapes (what `scan_layers` needs)."""
+        if self.gemma4 is not None and len(set(self.gemma4.layer_types)) > 1:
+            return False
         return self.num_moe_layers in (0, self.num_layers)
 
     @property
@@ -251,6 +322,8 @@ class ModelConfig:
         return self._count_params(active=True)
 
     def _count_params(self, active: bool) -> int:
+        if self.gemma4 is not None:
+            return self._count_gemma4_params(active)
         d, h, kv, hd, m, v = (self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim,
                               self.mlp_dim, self.vocab_size)
         attn = d * hd * (h + 2 * kv) + h * hd * d
@@ -265,6 +338,22 @@ class ModelConfig:
                    + e.num_experts * (d + 1))  # router weights + expert bias
         return total + moe * moe_mlp + (self.num_layers - moe) * dense_mlp
 
+    def _count_gemma4_params(self, active: bool) -> int:
+        """Gemma 4 layers (two layer scalars each: the encoder's and the decoder's), the tied
+        embedding, the final norm and the self-conditioning MLP."""
+        d, h, m, v = self.embed_dim, self.num_heads, self.mlp_dim, self.vocab_size
+        total = v * d * (1 if self.tie_embeddings else 2) + d + (3 * d * m + d)
+        for i in range(self.num_layers):
+            kv, hd = self.kv_shape(i)
+            sliding = self.gemma4.layer_types[i] == "sliding"
+            total += d * hd * (h + kv * (2 if sliding else 1)) + h * hd * d + 2 * hd + 2
+            total += 3 * d * m + 7 * d  # dense MLP; input, post-attention and the five feed-forward norms
+            e = self.experts
+            if e is not None:
+                routed = e.experts_per_token if active else e.num_experts
+                total += 3 * d * e.expert_dim * routed + e.num_experts * (d + 1) + d  # + router scale
+        return total
+
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with `changes` applied (and validated). `experts` may be a table of expert settings
         (a recipe's `[model.experts]`): it changes those of this config (`ExpertConfig.from_dict`)."""
@@ -275,9 +364,11 @@ class ModelConfig:
     # -- serialisation (jaxdllm's own format; HF config.json: jaxdllm.models.families) ---------
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source_config"}
-        for name in ("rope_scaling", "experts"):
+        for name in ("rope_scaling", "experts", "gemma4"):
             if out[name] is not None:
                 out[name] = dataclasses.asdict(out[name])
+        if out["gemma4"] is not None:
+            out["gemma4"]["layer_types"] = list(out["gemma4"]["layer_types"])
         return out
 
     @classmethod
@@ -299,6 +390,8 @@ class ModelConfig:
             data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
         if isinstance(data.get("experts"), dict):
             data["experts"] = ExpertConfig.from_dict(data["experts"])
+        if isinstance(data.get("gemma4"), dict):
+            data["gemma4"] = Gemma4Layers.from_dict(data["gemma4"])
         return cls(**data)
 
     @classmethod
@@ -315,7 +408,7 @@ class ModelConfig:
 # Fields the checkpoint itself determines; overriding them would mis-read its tensors.
 CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction", "experts"}
+                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction", "experts", "gemma4"}
 
 # Presets by name, and published checkpoint names -> the preset of their shape. Each model family
 # (`jaxdllm.models.families`, imported by `jaxdllm.models`) holds its own and registers them here.

@@ -173,11 +173,19 @@ class Attention(nnx.Module):
         return self.o(out), kv_cache
 
 
-class MLP(nnx.Module):
-    """SwiGLU: `down(silu(gate(x)) * up(x))`, of width `width` (default `config.mlp_dim`)."""
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GeLU with the tanh approximation (Gemma's `gelu_pytorch_tanh`)."""
+    return jax.nn.gelu(x, approximate=True)
 
-    def __init__(self, config: ModelConfig, options: RunOptions, *, width: int | None = None, rngs: nnx.Rngs):
+
+class MLP(nnx.Module):
+    """Gated MLP: `down(act(gate(x)) * up(x))`, of width `width` (default `config.mlp_dim`); `act` is
+    SiLU (SwiGLU) unless given (Gemma: `gelu_tanh`)."""
+
+    def __init__(self, config: ModelConfig, options: RunOptions, *, width: int | None = None, activation=None,
+                 rngs: nnx.Rngs):
         c = config
+        self.activation = jax.nn.silu if activation is None else activation
         m = c.mlp_dim if width is None else width
         kw = einsum_options(options, rngs)
         bias = lambda n, axis: dict(bias_shape=(n,), bias_axes=(axis,)) if c.mlp_bias else {}
@@ -186,4 +194,4 @@ class MLP(nnx.Module):
         self.down = Einsum("blm,md->bld", (m, c.embed_dim), ("mlp", "embed"), **bias(c.embed_dim, "embed"), **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        return self.down(self.activation(self.gate(x)) * self.up(x))

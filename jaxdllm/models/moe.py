@@ -106,8 +106,9 @@ class MoE(nnx.Module):
 
 
 def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: jax.Array, up: jax.Array,
-                   down: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`sum_j weights[t, j] * swiglu_{experts[t, j]}(x[t])` with one `ragged_dot` per projection.
+                   down: jax.Array, activation=jax.nn.silu) -> tuple[jax.Array, jax.Array]:
+    """`sum_j weights[t, j] * glu_{experts[t, j]}(x[t])` with one `ragged_dot` per projection; the
+    gated unit is `down(activation(gate x) * up x)` (SwiGLU by default).
 
     Args:
       x: `[T, D]`; experts, weights: `[T, k]`; gate, up: `[E, D, M]`; down: `[E, M, D]`.
@@ -123,7 +124,7 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     rows = x[order // k]
     load = jnp.bincount(flat_experts, length=num_experts).astype(jnp.int32)
     dot = lambda a, w: jax.lax.ragged_dot(a, w, load, preferred_element_type=jnp.float32)
-    hidden = (jax.nn.silu(dot(rows, gate)) * dot(rows, up)).astype(x.dtype)
+    hidden = (activation(dot(rows, gate)) * dot(rows, up)).astype(x.dtype)
     out = dot(hidden, down)  # [T*k, D] in expert order
     out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
     return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32)), load

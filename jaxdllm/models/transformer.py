@@ -1,4 +1,5 @@
-"""The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama and block diffusion.
+"""The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama, block diffusion, LLaDA2 and
+DiffusionGemma.
 
 Which model it is lives entirely in `ModelConfig` (attention mode, biases, tied embeddings,
 token shift, special ids). How it runs lives in `RunOptions`, held once as `model.options`:
@@ -22,6 +23,7 @@ from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.block import Block
+from jaxdllm.models.gemma4 import Gemma4Attention, Gemma4Block, Gemma4Experts, SelfConditioning
 from jaxdllm.models.layers import Attention, Einsum, RMSNorm, _init, rope_inv_freq
 from jaxdllm.models.moe import MoE
 from jaxdllm.models.run_options import LAYOUT_OPTIONS, RunOptions
@@ -74,9 +76,13 @@ class Transformer(nnx.Module):
         pd = options.jnp_param_dtype
         self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
                                logical_axes=("vocab", "embed"))
-        blocks = [Block(config, options, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
+        block = Gemma4Block if config.gemma4 is not None else Block
+        blocks = [block(config, options, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
         self.layers = stack_layers(blocks) if options.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
+        # DiffusionGemma's denoiser input (`jaxdllm.models.gemma4.SelfConditioning`)
+        self.self_conditioning = (SelfConditioning(config, options, rngs=rngs) if config.gemma4 is not None
+                                  else nnx.data(None))
         self.lm_head = nnx.data(None)  # tied embeddings: the embedding table's transpose
         self.lm_head_scale = nnx.data(None)  # int8: per-vocabulary-entry scales
         if not config.tie_embeddings:
@@ -101,9 +107,9 @@ class Transformer(nnx.Module):
         options = self.options.replace(**changes)
         view = nnx.merge(*nnx.split(self))
         for _, module in nnx.iter_modules(view):
-            if isinstance(module, Einsum | MoE):
+            if isinstance(module, Einsum | MoE | Gemma4Experts):
                 module.dtype = options.jnp_dtype
-            if isinstance(module, Attention):
+            if isinstance(module, Attention | Gemma4Attention):
                 module.attention_impl = options.attention_impl
         view.options = options
         return view
@@ -121,7 +127,9 @@ class Transformer(nnx.Module):
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  attention: MaskSpec | None = None, cache: KVCache | None = None,
                  logits_slice: tuple[jax.Array | int, int] | None = None,
-                 return_router_loads: bool = False) -> ForwardOutput:
+                 return_router_loads: bool = False, *, encode: bool = False,
+                 self_conditioning: jax.Array | None = None,
+                 self_conditioning_mask: jax.Array | None = None) -> ForwardOutput:
         """Logits for `input_ids` (and the updated cache, and the router loads when asked for).
 
         Args:
@@ -136,6 +144,12 @@ class Transformer(nnx.Module):
             for input positions `[start, start + length)`, skipping the LM head elsewhere.
           return_router_loads: fill `router_loads [num_moe_layers, E]` int32 (MoE models; a dense
             model's stays `None`).
+          encode: DiffusionGemma only: run as the causal encoder (plain embeddings, the encoder's
+            layer scalars) rather than the denoiser (self-conditioned input, the decoder's scalars).
+          self_conditioning: DiffusionGemma's denoiser only: `[B, L, V]` logits of the previous
+            denoising step (None: the first step, a zero signal).
+          self_conditioning_mask: `[B]` bool, rows whose `self_conditioning` is used (the others get
+            the zero signal); default all.
 
         Returns:
           A `ForwardOutput(logits, cache, router_loads)`, the same type for every flag combination:
@@ -143,13 +157,16 @@ class Transformer(nnx.Module):
           cache, or `None` without one; `router_loads` as above, else `None`.
         """
         with_loads = return_router_loads and self.config.experts is not None
+        if (encode or self_conditioning is not None) and self.config.gemma4 is None:
+            raise ConfigError("encode= and self_conditioning= are DiffusionGemma's (ModelConfig.gemma4)")
+        gemma = dict(encode=encode, self_conditioning=self_conditioning, self_conditioning_mask=self_conditioning_mask)
         if shd.explicit_context() is not None:
-            out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads)
+            out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads, gemma)
         else:
-            out = self._forward(input_ids, positions, attention, cache, logits_slice)
+            out = self._forward(input_ids, positions, attention, cache, logits_slice, **gemma)
         return out if with_loads else out._replace(router_loads=None)
 
-    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads):
+    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads, gemma):
         """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
         runs with the mesh's axes in Auto mode (`jax.sharding.auto_axes`) and the outputs come back
         sharded over the batch axes (logits also over `vocab`)."""
@@ -159,9 +176,11 @@ class Transformer(nnx.Module):
         length = l if logits_slice is None else logits_slice[1]
         start = None if logits_slice is None else logits_slice[0]
 
-        def body(state, input_ids, positions, attention, cache, start):
+        def body(state, input_ids, positions, attention, cache, start, sc, sc_mask):
             where = None if logits_slice is None else (start, logits_slice[1])
-            out = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where)
+            out = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where,
+                                                      encode=gemma["encode"], self_conditioning=sc,
+                                                      self_conditioning_mask=sc_mask)
             return out if with_loads else out._replace(router_loads=None)
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
@@ -171,9 +190,12 @@ class Transformer(nnx.Module):
             cache=None if cache is None else KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
                                                      segment_ids=spec(("batch", "length"), cache.segment_ids.shape)),
             router_loads=jax.sharding.PartitionSpec() if with_loads else None)  # loads: replicated
-        return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start)
+        return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start,
+                                                              gemma["self_conditioning"],
+                                                              gemma["self_conditioning_mask"])
 
-    def _forward(self, input_ids, positions, attention, cache, logits_slice) -> ForwardOutput:
+    def _forward(self, input_ids, positions, attention, cache, logits_slice, encode=False, self_conditioning=None,
+                 self_conditioning_mask=None) -> ForwardOutput:
         """The forward itself; an MoE model's router loads are always filled (`__call__` drops them)."""
         c = self.config
         b, l = input_ids.shape
@@ -189,12 +211,15 @@ class Transformer(nnx.Module):
 
         dtype = self.options.jnp_dtype
         x = jnp.take(self.embed[...], input_ids, axis=0).astype(dtype)
+        if c.gemma4 is not None:
+            x = self._gemma4_input(x, encode, self_conditioning, self_conditioning_mask)
         x = shd.constrain(x, ("batch", "length", "embed"))
         kv = None if cache is None else (cache.k, cache.v)
+        extra = {"encode": encode} if c.gemma4 is not None else {}
         if self.options.scan_layers:
             x, kv, loads = self._scan_layers(x, positions, mask, inv_freq, kv)
         else:
-            x, kv, loads = self._unrolled_layers(x, positions, mask, inv_freq, kv)
+            x, kv, loads = self._unrolled_layers(x, positions, mask, inv_freq, kv, extra)
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
@@ -203,14 +228,35 @@ class Transformer(nnx.Module):
         else:
             head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(dtype)
         logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
+        if c.gemma4 is not None and c.gemma4.final_softcap is not None:
+            cap = c.gemma4.final_softcap
+            logits = cap * jnp.tanh(logits / cap)
         logits = shd.constrain(logits, ("batch", "length", "vocab"))
         new_cache = None if cache is None else KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
         return ForwardOutput(logits, new_cache, loads)
 
-    def _layer_fn(self, graphdef, positions, mask, inv_freq):
+    def _gemma4_input(self, x, encode, self_conditioning, self_conditioning_mask):
+        """DiffusionGemma's input: embeddings times sqrt(D) (in the parameters' dtype); the denoiser
+        then adds the self-conditioning signal, the soft embedding `softmax(logits) E sqrt(D)`."""
+        table = self.embed[...]
+        scale = jnp.asarray(self.config.embed_dim ** 0.5, table.dtype).astype(x.dtype)
+        x = x * scale
+        if encode:
+            return x
+        soft = None
+        if self_conditioning is not None:
+            probs = jax.nn.softmax(self_conditioning.astype(jnp.float32), axis=-1).astype(table.dtype)
+            soft = jnp.einsum("blv,vd->bld", probs, table, preferred_element_type=jnp.float32).astype(x.dtype) * scale
+            if self_conditioning_mask is not None:
+                soft = soft * jnp.asarray(self_conditioning_mask, x.dtype)[:, None, None]
+        return self.self_conditioning(x, soft)
+
+    def _layer_fn(self, graphdef, positions, mask, inv_freq, extra=None):
         """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `options.remat`."""
+        extra = extra or {}
+
         def run(params, x, slot):
-            x, slot, load = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot)
+            x, slot, load = nnx.merge(graphdef, params)(x, positions, mask, inv_freq, slot, **extra)
             return shd.constrain(x, ("batch", "length", "embed")), slot, load
 
         remat = self.options.remat
@@ -218,12 +264,12 @@ class Transformer(nnx.Module):
             return run
         return jax.checkpoint(run, policy=_REMAT[remat], prevent_cse=not self.options.scan_layers)
 
-    def _unrolled_layers(self, x, positions, mask, inv_freq, kv):
+    def _unrolled_layers(self, x, positions, mask, inv_freq, kv, extra=None):
         new_k, new_v, loads = [], [], []
         for i, block in enumerate(self.layers):
             graphdef, params = nnx.split(block)
             slot = None if kv is None else (kv[0][i], kv[1][i])
-            x, slot, load = self._layer_fn(graphdef, positions, mask, inv_freq)(params, x, slot)
+            x, slot, load = self._layer_fn(graphdef, positions, mask, inv_freq, extra)(params, x, slot)
             if slot is not None:
                 new_k.append(slot[0])
                 new_v.append(slot[1])

@@ -74,7 +74,7 @@ def test_tensor_table_covers_exactly_the_parameters(family, name, scan):
         assert index not in slices.setdefault(path, set()), f"{t.name}: {path}{index} mapped twice"
         slices[path].add(index)
         assert math.prod(t.part_shape) == math.prod(t.shape), t.name
-        rows.setdefault(t.name, []).append((t.rows, t.hf_shape))
+        rows.setdefault(t.name, []).append((t.rows, t.hf_shape[t.axis]))
     assert set(slices) == set(params), f"parameters without a tensor: {sorted(set(params) - set(slices))}"
     for path, indices in slices.items():  # a stacked (expert) parameter has every slice
         depth = len(next(iter(indices)))
@@ -82,7 +82,7 @@ def test_tensor_table_covers_exactly_the_parameters(family, name, scan):
     for name, parts in rows.items():  # a tensor is one part, or a fused one whose parts tile its rows in order
         spans = [r for r, _ in parts]
         if spans != [None]:
-            assert None not in spans and spans[0][0] == 0 and spans[-1][1] == parts[0][1][0], name
+            assert None not in spans and spans[0][0] == 0 and spans[-1][1] == parts[0][1], name
             assert all(a == b for (_, b), (a, _) in zip(spans, spans[1:])), name
     assert family.tensor_table(c) == tensor_table(c)
 

@@ -1,4 +1,5 @@
-"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`)
+"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`,
+`diffusion_gemma`)
 holding its model_types, presets, config.json reading and writing, tensor table, special ids and
 notes. Everything else dispatches through `FAMILIES`: a new family is one module and one line here.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import ModelConfig, register_presets
-from jaxdllm.models.families import block_diffusion, dream, llada, llada2, qwen2_llama
+from jaxdllm.models.families import block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama
 from jaxdllm.models.families.family import Family
 
 # In lookup order: a family that refines others (block diffusion: Qwen2 / Dream / Llama with a block
@@ -18,6 +19,7 @@ FAMILIES: tuple[Family, ...] = (
     dream.FAMILY,
     qwen2_llama.FAMILY,
     llada2.FAMILY,
+    diffusion_gemma.FAMILY,
 )
 
 SUPPORTED_MODEL_TYPES = tuple(t for family in FAMILIES for t in family.model_types)

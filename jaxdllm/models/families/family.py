@@ -38,6 +38,8 @@ class Family:
         with `bd_size`) says so here and is registered before them.
       holds: whether a `ModelConfig` is this family's; by default, when its `checkpoint_format`
         and `model_type` are this family's.
+      writes_special_ids: `config_to_hf` writes the special token ids itself (DiffusionGemma keeps
+        them in `text_config`); otherwise they go at the top level of config.json.
     """
 
     name: str
@@ -50,6 +52,7 @@ class Family:
     checkpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)
     reads: Callable[[dict], bool] | None = None
     holds: Callable[[ModelConfig], bool] | None = None
+    writes_special_ids: bool = False
 
     def reads_hf(self, raw: dict) -> bool:
         """Whether the parsed config.json `raw` is a checkpoint of this family."""

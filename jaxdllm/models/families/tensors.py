@@ -19,9 +19,11 @@ class TensorMapping:
     """One checkpoint tensor (or part of one): its name and shape there, its parameter path and
     shape here.
 
-    `rows=(a, b)`: this parameter is rows `[a, b)` of the checkpoint tensor (LLaDA2's fused
-    `query_key_value` holds q, k and v). `expert=e`: this tensor is expert `e`'s slice of a
-    parameter stacked over experts (`shape` is the slice's shape).
+    `rows=(a, b)`: this parameter is rows `[a, b)` of the checkpoint tensor along `axis` (LLaDA2's
+    fused `query_key_value` holds q, k and v on axis 0; DiffusionGemma's `gate_up_proj [E, 2M, D]`
+    gate and up on axis 1). `expert=e`: this tensor is expert `e`'s slice of a parameter stacked
+    over experts (`shape` is the slice's shape). `transpose` swaps the last two axes (a torch
+    `[..., out, in]` linear to jaxdllm's `[..., in, out]`).
     """
 
     name: str
@@ -31,22 +33,33 @@ class TensorMapping:
     transpose: bool
     rows: tuple[int, int] | None = None
     expert: int | None = None
+    axis: int = 0
 
     @property
     def part_shape(self) -> tuple[int, ...]:
         """The shape of the checkpoint rows this mapping covers (`hf_shape` unless `rows`)."""
         if self.rows is None:
             return self.hf_shape
-        return (self.rows[1] - self.rows[0], *self.hf_shape[1:])
+        shape = list(self.hf_shape)
+        shape[self.axis] = self.rows[1] - self.rows[0]
+        return tuple(shape)
+
+    def read(self, handle) -> np.ndarray:
+        """The covered part of this tensor from an open safetensors file."""
+        if self.rows is None:
+            return handle.get_tensor(self.name)
+        where = (slice(None),) * self.axis + (slice(*self.rows),)
+        return handle.get_slice(self.name)[where]
 
     def to_jax(self, w: np.ndarray) -> np.ndarray:
         """Checkpoint layout (the covered rows) -> jaxdllm layout (a view where numpy allows)."""
-        return (w.T if self.transpose else w).reshape(self.shape)
+        return (np.swapaxes(w, -1, -2) if self.transpose else w).reshape(self.shape)
 
     def to_hf(self, w: np.ndarray) -> np.ndarray:
         """jaxdllm layout -> checkpoint layout (the covered rows), contiguous."""
         if self.transpose:
-            return np.ascontiguousarray(w.reshape(self.part_shape[::-1]).T)
+            swapped = (*self.part_shape[:-2], self.part_shape[-1], self.part_shape[-2])
+            return np.ascontiguousarray(np.swapaxes(w.reshape(swapped), -1, -2))
         return np.ascontiguousarray(w.reshape(self.part_shape))
 
 
