@@ -237,6 +237,9 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # dParallel evaluation sampler: entropy threshold 0.5, no cache.
     "dparallel": SamplerConfig(gen_length=256, block_length=32, policy="entropy", entropy_threshold=0.5),
     "dparallel-mbpp": SamplerConfig(gen_length=256, block_length=32, policy="entropy", entropy_threshold=0.45),
+    # EB-sampler (entropy-bounded unmasking) on LLaDA-style blocks: the lowest-entropy candidates while
+    # their entropies, each one's own left out, sum to <= 0.1 nats (the paper's and DiffusionGemma's bound).
+    "eb": SamplerConfig(gen_length=256, block_length=32, policy="entropy_bound", entropy_bound=0.1),
     "prophet": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="prophet"),
     "credit": SamplerConfig(gen_length=256, block_length=32, policy="credit"),
     # Learn2PD (LLaDA, GSM8K): LLaDA's one-token-per-step schedule plus every position its trained

@@ -45,7 +45,8 @@ def test_batch_of_different_prompt_lengths_equals_each_row_alone(model, policy):
 # may commit nothing (so `nfe` may exceed the last commit step). A newly registered policy fails the
 # test below until it has an entry here ({} when nothing extra is needed).
 POLICY_SETUP = {
-    "llada": {}, "threshold": {}, "factor": {}, "entropy": {}, "local_leap": {}, "credit": {}, "prophet": {},
+    "llada": {}, "threshold": {}, "factor": {}, "entropy": {}, "entropy_bound": {}, "local_leap": {}, "credit": {},
+    "prophet": {},
     "token_editing": {"idle_forwards": True},  # its post-steps re-read a full block and may edit nothing
     "dream": {"config": {"block_length": 32}},  # Dream decodes the whole canvas as one block
     "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},

@@ -45,6 +45,7 @@ def assert_same(a, b):
     pytest.param("threshold", 8, marks=pytest.mark.slow),  # the default run's 6-minute budget
     ("threshold", 4),                # Fast-dLLM v2 sub-blocks: each step feeds the whole model block
     ("llada", 16),                   # a decoding block of two model blocks
+    ("entropy_bound", 8),            # the EB-sampler's bound (0.1) commits several per step here too
 ])
 def test_block_cache_equals_full_block_causal_forward(model, policy, block_length):
     ids, mask, _ = prompts(LENGTHS, seed=1)
@@ -53,7 +54,7 @@ def test_block_cache_equals_full_block_causal_forward(model, policy, block_lengt
     cached = jaxdllm.generate(model, ids, config.replace(cache="block"), attention_mask=mask)
     assert_same(cached, full)
     assert not (full.tokens == model.config.mask_token_id).any()
-    if policy == "threshold":  # parallel commits happen: the comparison covers them
+    if policy in ("threshold", "entropy_bound"):  # parallel commits happen: the comparison covers them
         unit = max(block_length, model.config.block_size)
         decoded = [32 + (-n % unit) for n in LENGTHS]  # to the end of the block holding the 32nd answer token
         assert (full.nfe < np.array(decoded)).any()

@@ -6,6 +6,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `llada` | LLaDA | scheduled top-k by confidence (or random) |
 | `threshold`, `factor` | Fast-dLLM | top-1 + all with p >= threshold / the factor rule |
 | `entropy` | dParallel | lowest entropy + all with entropy <= tau |
+| `entropy_bound` | EB-sampler | lowest entropies while their sum, each one's own left out, stays <= the bound |
 | `local_leap` | LocalLeap | anchors relax the bar for their neighbours |
 | `credit` | CreditDecoding | decayed token credits fused into the logits |
 | `prophet` | Prophet | LLaDA + early commit on a logit gap |
@@ -22,11 +23,12 @@ one is one module defining `layout`, `start`, `propose` (and optionally `accept`
 from __future__ import annotations
 
 from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, Policy, StepContext, choose_tokens,
-                                            rank_among, scheduled_count, token_confidence)
+                                            rank_among, scheduled_count, token_confidence, token_entropy)
 from jaxdllm.decoding.policies.credit import Credit
 from jaxdllm.decoding.policies.draft_verify import DraftVerifyPolicy, VerifyLayout
 from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
 from jaxdllm.decoding.policies.entropy import Entropy
+from jaxdllm.decoding.policies.entropy_bound import EntropyBound, entropy_bound_accept
 from jaxdllm.decoding.policies.factor import Factor
 from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
@@ -42,12 +44,13 @@ POLICIES: Registry[Policy] = Registry("policy")
 register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(policy=cls.name)
 policy_class = POLICIES.lookup
 
-for _cls in (Llada, Threshold, Factor, Entropy, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead,
+for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead,
              TokenEditing):
     register_policy(_cls)
 
 
-__all__ = ["Commit", "ConfidencePolicy", "Credit", "DraftVerifyPolicy", "Dream", "Entropy", "Factor", "Jacobi",
-           "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
-           "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps", "policy_class",
-           "rank_among", "register_policy", "scheduled_count", "token_confidence"]
+__all__ = ["Commit", "ConfidencePolicy", "Credit", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
+           "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
+           "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
+           "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
+           "token_confidence", "token_entropy"]

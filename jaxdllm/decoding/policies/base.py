@@ -163,6 +163,16 @@ def token_confidence(logits: jax.Array, tokens: jax.Array, zero_ids: tuple[int, 
     return conf
 
 
+def token_entropy(logits: jax.Array) -> jax.Array:
+    """`[B, L]` float32 entropy in nats of softmax(logits) over the last axis; `logits [B, L, V]`.
+
+    `entr(p) = -p log p` is 0 at p = 0, so a `-inf` logit (the MASK logit the loop removes) adds
+    nothing instead of `0 * -inf = nan`.
+    """
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.sum(jax.scipy.special.entr(probs), axis=-1)
+
+
 def rank_among(score: jax.Array, valid: jax.Array) -> jax.Array:
     """Rank of each position by descending `score` among `valid` ones (0 = best); `[B, L]`.
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
-
-from jaxdllm.decoding.policies.base import Commit, Policy, choose_tokens, top_plus_threshold
+from jaxdllm.decoding.policies.base import Commit, Policy, choose_tokens, token_entropy, top_plus_threshold
 from jaxdllm.errors import ConfigError
 
 
@@ -23,5 +20,5 @@ class Entropy(Policy):
 
     def commit(self, logits, candidates, ctx):
         tokens = choose_tokens(logits, ctx.config.temperature, ctx.key)
-        ent = jnp.sum(jax.scipy.special.entr(jax.nn.softmax(logits, axis=-1)), axis=-1)  # 0 log 0 = 0
+        ent = token_entropy(logits)
         return Commit(top_plus_threshold(candidates, -ent, ent <= self.entropy_threshold), tokens, ctx.state)
