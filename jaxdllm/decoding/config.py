@@ -261,6 +261,11 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # block held open for up to 16 mask-free steps while edits continue).
     "llada2.1": SamplerConfig(gen_length=256, block_length=32, policy="token_editing", threshold=0.95,
                               editing_threshold=0.9, max_post_steps=16, stop_at_eos="block"),
+    # DiffusionGemma's generate(): canvases of 256 uniformly random tokens, at most 48 denoising steps
+    # each, the entropy bound 0.1, temperature 0.8 -> 0.4, stop when stable for a step and the mean
+    # entropy < 0.005; rows end at a canvas holding a stop id (the model's EOS / end of turn, or the
+    # checkpoint's generation config's list).
+    "diffusiongemma": SamplerConfig(gen_length=256, block_length=256, policy="diffusiongemma"),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
     "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
     # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the

@@ -22,10 +22,14 @@ TEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 
 def make_diffusion_gemma(path: Path | None = None, *, seed: int = 0, canvas: int = 8, head_scale: float = 1.0,
-                         **text) -> DiffusionGemmaForBlockDiffusion:
+                         eos_scale: float = 1.0, branch_scale: float = 1.0, **text) -> DiffusionGemmaForBlockDiffusion:
     """A tiny random `DiffusionGemmaForBlockDiffusion` (fp32, eval mode) with `TEXT` overridden by
     `text`; written to `path` with `save_pretrained` when given. `head_scale` scales the embedding
-    (the tied head): confident predictions, so the entropy bound accepts several tokens a step."""
+    (the tied head): confident predictions, so the entropy bound accepts several tokens a step;
+    `eos_scale` scales EOS's row (id 1) once more, so some canvases predict it; `branch_scale` scales
+    what each layer adds to the residual stream (attention, MLP and expert outputs): small values
+    leave each position's prediction close to its own input token, so repeated denoising settles
+    (the adaptive stop's stability)."""
     torch.manual_seed(seed)
     config = DiffusionGemmaConfig(text_config={**TEXT, **text}, vision_config=VISION, canvas_length=canvas)
     model = DiffusionGemmaForBlockDiffusion(config).eval()
@@ -36,10 +40,13 @@ def make_diffusion_gemma(path: Path | None = None, *, seed: int = 0, canvas: int
                 continue
             if name.endswith(("norm.weight", "router.scale", "per_expert_scale")):
                 p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+            if "layers" in name and name.endswith(("o_proj.weight", "down_proj.weight", "experts.down_proj")):
+                p.mul_(branch_scale)
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
                 b.copy_(1 + 0.3 * torch.randn(b.shape, generator=g))
         model.model.decoder.embed_tokens.weight.mul_(head_scale)
+        model.model.decoder.embed_tokens.weight[1].mul_(eos_scale)
     if path is not None:
         model.save_pretrained(path)
     return model

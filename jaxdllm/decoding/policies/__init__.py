@@ -15,6 +15,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `token_editing` | LLaDA2.1 | threshold commits + re-deciding committed tokens of the block |
 | `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
+| `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
 `jacobi` and `lookahead` are draft-and-verify policies (`draft_verify.DraftVerifyPolicy`): a new
 one is one module defining `layout`, `start`, `propose` (and optionally `accept`, `update`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, Policy, StepContext, choose_tokens,
                                             rank_among, scheduled_count, token_confidence, token_entropy)
 from jaxdllm.decoding.policies.credit import Credit
+from jaxdllm.decoding.policies.diffusiongemma import DiffusionGemma
 from jaxdllm.decoding.policies.draft_verify import DraftVerifyPolicy, VerifyLayout
 from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
 from jaxdllm.decoding.policies.entropy import Entropy
@@ -44,12 +46,12 @@ POLICIES: Registry[Policy] = Registry("policy")
 register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(policy=cls.name)
 policy_class = POLICIES.lookup
 
-for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi, Lookahead,
-             TokenEditing):
+for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
+             Lookahead, TokenEditing, DiffusionGemma):
     register_policy(_cls)
 
 
-__all__ = ["Commit", "ConfidencePolicy", "Credit", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
+__all__ = ["Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
            "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
