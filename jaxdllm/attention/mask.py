@@ -25,10 +25,17 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     its own column's levels up to l (one Jacobi trajectory per column). A branch token sees its
     own branch up to itself. With `levels = 0` it is the plain multi-branch verification layout.
 
-A sliding window (`window=W`, with `causal` or `bidirectional`; Gemma 4's sliding layers) also
+  * `denoise_canvas`: DiffusionGemma's training denoiser. Noisy queries `[0, n)` over keys
+    `[noisy ; clean]` (`n = Lk // 2`; the clean half holds the encoder's K/V). Per row, canvases
+    of `block_size` start at `prefix_len` (the prompt length P): a noisy token of canvas b sees
+    the clean keys before the canvas's start `P + b * block_size` and the noisy tokens of its own
+    canvas; a noisy prompt token (i < P, never scored) sees only itself.
+
+A sliding window (`window=W`, with `causal`, `bidirectional` or `denoise_canvas`; Gemma 4's sliding layers) also
 hides keys W or more positions back: a causal query i sees keys j with i - W < j <= i; a
 bidirectional call (a DiffusionGemma canvas over its cache) sees its own keys and the W - 1 keys
-before its first query (`q_offset`), i.e. keys j > q_offset - W.
+before its first query (`q_offset`), i.e. keys j > q_offset - W; a `denoise_canvas` query sees the
+W - 1 clean keys before its canvas's start.
 
 Segment ids (optional, `[B, Lq]` and `[B, Lk]`) further restrict visibility to equal ids. Use
 0 for padding: real tokens (ids >= 1) never see padding keys; padding queries see only
@@ -46,10 +53,14 @@ from flax import struct
 
 from jaxdllm.errors import ConfigError
 
-MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead"]
-MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead")
-_NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing")
-_WINDOWED = ("causal", "bidirectional")
+MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
+                   "denoise_canvas"]
+MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
+              "denoise_canvas")
+_NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing", "denoise_canvas")
+_HALVES = ("block_diffusion", "denoise_canvas")  # the rule needs the key length (two halves)
+_PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas")
+_WINDOWED = ("causal", "bidirectional", "denoise_canvas")
 
 
 @struct.dataclass
@@ -61,8 +72,8 @@ class MaskSpec:
       block_size: block length for the block kinds (static).
       q_offset: physical index of the first query in the key sequence; int or traced int32
         scalar (a sampler step over a cache).
-      prefix_len: prompt length for `jacobi_forcing`, the window's first index for `lookahead`;
-        int, scalar or `[B]` int32.
+      prefix_len: prompt length for `jacobi_forcing` and `denoise_canvas`, the window's first index
+        for `lookahead`; int, scalar or `[B]` int32.
       window_shape: `(levels, width, branch_len)` of the `lookahead` layout (static).
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
@@ -109,8 +120,8 @@ class MaskSpec:
         kernel checks the same)."""
         if q.shape[2] % k.shape[2]:
             raise ConfigError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
-        if self.kind == "block_diffusion" and k.shape[1] % 2:
-            raise ConfigError(f"block_diffusion needs an even [x_t; x_0] length, got {k.shape[1]}")
+        if self.kind in _HALVES and k.shape[1] % 2:
+            raise ConfigError(f"{self.kind} needs an even [noisy; clean] length, got {k.shape[1]}")
         if (self.q_segment_ids is None) != (self.kv_segment_ids is None):
             raise ConfigError("give both q_segment_ids and kv_segment_ids, or neither")
 
@@ -133,8 +144,8 @@ class MaskSpec:
             return k_idx <= q_idx
         if self.kind == "block_causal":
             return k_idx // bs <= q_idx // bs
-        if self.kind == "block_diffusion":
-            raise ConfigError("block_diffusion visibility needs the half length; use dense()")
+        if self.kind in _HALVES:
+            raise ConfigError(f"{self.kind} visibility needs the half length; use visible_at() or dense()")
         if self.kind == "lookahead":
             return self._lookahead_visible(q_idx, k_idx)
         # jacobi_forcing
@@ -169,26 +180,40 @@ class MaskSpec:
         clean_causal = q_clean & k_clean & (q_blk >= k_blk)
         return same | noisy_sees_clean | clean_causal
 
+    def _denoise_canvas_visible(self, q_idx, k_idx, n):
+        bs, p = self.block_size, self.prefix_len
+        canvas = (q_idx - p) // bs
+        start = p + canvas * bs  # the first position of the query's canvas
+        clean, at = k_idx >= n, k_idx - n
+        context = clean & (at < start)
+        if self.window is not None:
+            context = context & (at > start - self.window)
+        own = ~clean & (k_idx >= p) & ((k_idx - p) // bs == canvas)
+        return jnp.where(q_idx < p, k_idx == q_idx, context | own)
+
     def visible_at(self, q_idx: jax.Array, k_idx: jax.Array, kv_len: int) -> jax.Array:
-        """`visible` for every kind, block_diffusion included (its halves need `kv_len`).
+        """`visible` for every kind, block_diffusion and denoise_canvas included (their halves need
+        `kv_len`).
 
         Elementwise on broadcastable int arrays; kernels call this on one tile's indices.
         """
         if self.kind == "block_diffusion":
             return self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)
+        if self.kind == "denoise_canvas":
+            return self._denoise_canvas_visible(q_idx, k_idx, kv_len // 2)
         return self.visible(q_idx, k_idx)
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array:
         """The mask as a boolean `[B or 1, q_len, kv_len]` array (True = may attend)."""
         q_idx = (jnp.asarray(self.q_offset, jnp.int32) + jnp.arange(q_len, dtype=jnp.int32))[:, None]
         k_idx = jnp.arange(kv_len, dtype=jnp.int32)[None, :]
-        if self.kind == "block_diffusion":
-            if kv_len % 2:
-                raise ConfigError(f"block_diffusion needs an even [x_t; x_0] length, got {kv_len}")
-            mask = self.visible_at(q_idx, k_idx, kv_len)[None]
-        elif self.kind in ("jacobi_forcing", "lookahead") and jnp.ndim(self.prefix_len) == 1:
+        if self.kind in _HALVES and kv_len % 2:
+            raise ConfigError(f"{self.kind} needs an even [noisy; clean] length, got {kv_len}")
+        if self.kind in _PER_ROW_PREFIX and jnp.ndim(self.prefix_len) == 1:
             per_row = self.replace(prefix_len=jnp.asarray(self.prefix_len)[:, None, None])
-            mask = per_row.visible(q_idx[None], k_idx[None])
+            mask = per_row.visible_at(q_idx[None], k_idx[None], kv_len)
+        elif self.kind in _HALVES:
+            mask = self.visible_at(q_idx, k_idx, kv_len)[None]
         else:
             mask = self.visible(q_idx, k_idx)[None]
         if self.q_segment_ids is not None or self.kv_segment_ids is not None:

@@ -193,7 +193,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         return xla_attention(q, k, v, mask, scale=scale)
     interpret = target_platform() != "tpu" if interpret is None else interpret
     q_off, prefix = _static_int(mask.q_offset), _static_int(mask.prefix_len)
-    static = q_off is not None and (prefix is not None or mask.kind not in ("jacobi_forcing", "lookahead"))
+    static = q_off is not None and (prefix is not None or mask.kind not in ("jacobi_forcing", "lookahead", "denoise_canvas"))
     q_pad, kv_pad = _round_up(lq, _LANES), _round_up(lk, _LANES)
     plan = _Plan(q_len=lq, kv_len=lk, q_pad=q_pad, kv_pad=kv_pad, heads=h, interpret=interpret,
                  static_mask=(_static_mask(mask.kind, mask.block_size, mask.window_shape, q_off, prefix or 0, lq, lk,

@@ -359,6 +359,9 @@ class ModelConfig:
         (a recipe's `[model.experts]`): it changes those of this config (`ExpertConfig.from_dict`)."""
         if isinstance(changes.get("experts"), Mapping):
             changes["experts"] = ExpertConfig.from_dict(changes["experts"], base=self.experts)
+        if isinstance(changes.get("gemma4"), Mapping):
+            base = dataclasses.asdict(self.gemma4) if self.gemma4 is not None else {}
+            changes["gemma4"] = Gemma4Layers.from_dict({**base, **changes["gemma4"]})
         return dataclasses.replace(self, **changes)
 
     # -- serialisation (jaxdllm's own format; HF config.json: jaxdllm.models.families) ---------

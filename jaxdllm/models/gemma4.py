@@ -83,9 +83,9 @@ class Gemma4Attention(nnx.Module):
             v = jax.lax.dynamic_update_slice(kv_cache[1], v.astype(kv_cache[1].dtype), start)
             kv_cache = (k, v)
         if self.window is not None:
-            if mask.kind not in ("causal", "bidirectional"):
-                raise ConfigError(f"Gemma 4's sliding layers run causal (encoder) or bidirectional (denoiser) "
-                                  f"attention, not {mask.kind!r}")
+            if mask.kind not in ("causal", "bidirectional", "denoise_canvas"):
+                raise ConfigError(f"Gemma 4's sliding layers run causal (encoder), bidirectional (denoiser) or "
+                                  f"denoise_canvas (training) attention, not {mask.kind!r}")
             mask = mask.replace(window=self.window)
         out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.attention_impl, scale=1.0)
         return self.o(out), kv_cache

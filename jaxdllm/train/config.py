@@ -28,7 +28,7 @@ from typing import Any
 
 from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ExpertConfig, ModelConfig
+from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ExpertConfig, Gemma4Layers, ModelConfig
 from jaxdllm.models.run_options import DTYPES, RunOptions, split_options
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
@@ -71,6 +71,10 @@ class ModelSection:
             # a [model.experts] table: changes the preset's expert settings (`ModelConfig.replace`)
             check_overrides(ExpertConfig, fields["experts"], "[model.experts]")
             fields = {k: v for k, v in fields.items() if k != "experts"}
+        if isinstance(fields.get("gemma4"), dict) and "gemma4" not in fixed:
+            # a [model.gemma4] table: changes the preset's Gemma 4 layer settings
+            check_overrides(Gemma4Layers, fields["gemma4"], "[model.gemma4]")
+            fields = {k: v for k, v in fields.items() if k != "gemma4"}
         try:
             check_overrides(ModelConfig, fields, "[model]", exclude=tuple(fixed))
         except ConfigError as e:

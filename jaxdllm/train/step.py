@@ -29,13 +29,17 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         model = split.model(trainable, frozen)
         loads = []  # MoE: rows per expert of every student call
 
-        def student(tokens, positions, mask):
-            out = model(tokens, positions=positions, attention=mask, return_router_loads=True)
+        def forward(tokens, positions, mask, cache=None, **kwargs):
+            out = model(tokens, positions=positions, attention=mask, cache=cache, return_router_loads=True, **kwargs)
             if out.router_loads is not None:  # dense models have none
                 loads.append(out.router_loads)
-            return out.logits
+            return out
 
-        loss, metrics = objective(Views(student=student, config=model.config), micro, key)
+        def student(tokens, positions, mask):
+            return forward(tokens, positions, mask).logits
+
+        views = Views(student=student, config=model.config, forward=forward, init_cache=model.init_cache)
+        loss, metrics = objective(views, micro, key)
         return loss, (metrics, sum(loads) if loads else jnp.zeros((), jnp.int32))  # dense: a scalar placeholder
 
     grad_fn = jax.value_and_grad(loss_of, has_aux=True)

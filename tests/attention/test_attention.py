@@ -29,6 +29,8 @@ CASES = [
     ("causal", 13, 13, {"window": 4}),
     ("causal", 5, 17, {"q_offset": 12, "window": 6}),
     ("bidirectional", 6, 20, {"q_offset": 14, "window": 5}),
+    ("denoise_canvas", 13, 26, {"block": 4, "prefix": 3}),
+    ("denoise_canvas", 14, 28, {"block": 3, "prefix": 5, "window": 4}),
 ]
 
 

@@ -32,6 +32,8 @@ CASES = {
                                1 + 4 * 5 + 5 * 4, 9 + 1 + 4 * 5 + 5 * 4, 4, 2),
     "sliding_window_causal": (MaskSpec(kind="causal", window=11), 37, 37, 4, 2),
     "sliding_window_canvas_over_a_cache": (MaskSpec(window=11, q_offset=29), 16, 45, 4, 1),
+    "denoise_canvas_per_row_prompt": (MaskSpec(kind="denoise_canvas", block_size=8, prefix_len=jnp.array([5, 11]),
+                                               window=13), 37, 74, 4, 2),
 }
 
 

@@ -39,6 +39,15 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window
             ok = True if window is None else j >= q_offset - (window - 1)
         elif kind == "causal":
             ok = j <= q and (window is None or q - j < window)
+        elif kind == "denoise_canvas":               # noisy queries over [noisy ; clean]
+            if q < prefix:
+                ok = j == q                              # a noisy prompt token: itself only
+            else:
+                start = prefix + (q - prefix) // block * block   # its canvas's first position
+                if j >= n:                               # clean key at position j - n
+                    ok = j - n < start and (window is None or j - n >= start - (window - 1))
+                else:                                    # noisy key: the same canvas
+                    ok = j >= prefix and (j - prefix) // block == (q - prefix) // block
         elif kind == "block_causal":
             ok = j // block <= q // block
         elif kind == "block_diffusion":

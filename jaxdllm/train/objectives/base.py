@@ -40,10 +40,16 @@ class Views:
     Attributes:
       student: the trained model; gradients flow through it.
       config: the model's `ModelConfig` (special ids, shift, attention mode).
+      forward: the trained model's whole call, `forward(tokens, positions, mask, cache=None,
+        **kwargs) -> ForwardOutput` (a cache, DiffusionGemma's `encode=` / `self_conditioning=`),
+        for objectives that need more than the logits.
+      init_cache: the trained model's `init_cache(batch_size, max_length)`.
     """
 
     student: Apply
     config: ModelConfig
+    forward: Callable | None = None
+    init_cache: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)
