@@ -21,7 +21,7 @@ from flax import nnx
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import block_lead, block_unit
-from jaxdllm.decoding.methods import DRAFT_CANVAS
+from jaxdllm.decoding.methods import DRAFT_CANVAS, UNIFORM_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.run_options import WEIGHT_FORMATS, RunOptions
@@ -202,25 +202,33 @@ def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, pr
     each device's experts on every token of the step, so the rows are the whole batch's: the gathered
     inputs, the float32 gate/up/down outputs of `experts_per_token` rows per token, and the router's
     float32 scores.
+
+    DiffusionGemma's uniform canvas keeps the encoder's cache over the prompt and every canvas (each
+    layer with its own K/V shape), its widest forward is the prompt's prefill, and besides the
+    canvas's logits it carries their temperature-scaled copy (the self-conditioning input) and
+    their probabilities: four float32 `[C, V]` buffers per row.
     """
     c, o = config, with_weights(options, dtype)
     act = _itemsize(o.dtype)
     rows = _local(batch, mesh.batch_shards)
     # the draft canvas keeps an exact cache, one verify layout longer
     draft = sampler.policy.method == DRAFT_CANVAS.name
+    uniform = sampler.policy.method == UNIFORM_CANVAS.name
     # A block-causal canvas: the prompt's whole blocks, the block that holds its tail, then G.
-    unit, lead = (1, 0) if draft else (block_unit(c, sampler), block_lead(c, sampler))
+    unit, lead = (1, 0) if draft or uniform else (block_unit(c, sampler), block_lead(c, sampler))
     total = prompt_len // unit * unit + lead + sampler.gen_length
-    kv_local = _local(c.num_kv_heads, mesh.tensor)
     heads_local = _local(c.num_heads, mesh.tensor)
-    cached = sampler.cache.keeps_kv or draft
+    cached = sampler.cache.keeps_kv or draft or uniform
     span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
     slots = total + span if draft else total
     width = max(total, span) if draft else total  # the widest forward: the canvas, or one verify layout
+    if uniform:
+        width = max(prompt_len, span)  # the prompt's prefill, or a canvas
+    kv_per_slot = sum(_local(c.kv_shape(i)[0], mesh.tensor) * c.kv_shape(i)[1] for i in range(c.num_layers))
     terms = {
         "weights": parameter_bytes(c, mesh, options=o),
-        "kv_cache": 2 * c.num_layers * rows * slots * kv_local * c.head_dim * act if cached else 0,
-        "logits": 2 * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
+        "kv_cache": 2 * rows * slots * kv_per_slot * act if cached else 0,
+        "logits": (4 if uniform else 2) * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
         "activations": (rows * width * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
                         + (0 if _flash(o, platform) else rows * heads_local * width * slots * 4)),
         "decode_state": rows * total * 16,

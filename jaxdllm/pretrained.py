@@ -13,7 +13,9 @@ model use it too.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from jaxdllm import sharding as shd
@@ -36,8 +38,38 @@ class Pretrained(NamedTuple):
 
 def default_preset(model_config: ModelConfig) -> str:
     """The preset a checkpoint decodes with unless told otherwise: `jacobi` (greedy, exact) for a
-    causal model, `llada` (one token per step, LLaDA's published sampler) for a diffusion model."""
+    causal model, `diffusiongemma` (its published sampler) for DiffusionGemma, `llada` (one token per
+    step, LLaDA's published sampler) for the other diffusion models."""
+    if model_config.gemma4 is not None:
+        return "diffusiongemma"
     return "jacobi" if model_config.attention == "causal" else "llada"
+
+
+# DiffusionGemma's generation_config.json keys -> `diffusiongemma` policy settings.
+_GENERATION_KEYS = {"max_denoising_steps": "max_denoising_steps", "t_min": "t_min", "t_max": "t_max",
+                    "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold"}
+
+
+def diffusiongemma_settings(directory: Path, model_config: ModelConfig) -> dict:
+    """The sampler settings a DiffusionGemma checkpoint's `generation_config.json` publishes (steps,
+    temperatures, stopping thresholds, entropy bound, stop ids, `max_new_tokens`), and its canvas
+    (`canvas_length`) as the block length."""
+    settings: dict[str, Any] = {"block_length": model_config.block_size}
+    file = directory / "generation_config.json"
+    raw = json.loads(file.read_text()) if file.is_file() else {}
+    for key, name in _GENERATION_KEYS.items():
+        if raw.get(key) is not None:
+            settings[name] = raw[key]
+    bound = (raw.get("sampler_config") or {}).get("entropy_bound")
+    if bound is not None:
+        settings["entropy_bound"] = float(bound)
+    eos = raw.get("eos_token_id")
+    if eos is not None:
+        settings["stop_ids"] = tuple(eos) if isinstance(eos, list) else (eos,)
+    length = raw.get("max_new_tokens") or SamplerConfig.preset("diffusiongemma").gen_length
+    canvas = model_config.block_size
+    settings["gen_length"] = max(canvas, -(-int(length) // canvas) * canvas)  # whole canvases
+    return settings
 
 
 def _fitted(preset: str, model_config: ModelConfig, settings: dict) -> dict:
@@ -58,13 +90,17 @@ def checkpoint_settings(path: str | os.PathLike, preset: str | None = None) -> t
     directory = checkpoint_dir(path)
     model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
     preset = preset or default_preset(model_config)
-    return preset, _fitted(preset, model_config, read_sampler_defaults(directory))
+    settings = read_sampler_defaults(directory)
+    if preset == "diffusiongemma":  # its generation_config.json, under what jaxdllm_sampler.json sets
+        settings = {**diffusiongemma_settings(directory, model_config), **settings}
+    return preset, _fitted(preset, model_config, settings)
 
 
 def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
     """The sampler settings a checkpoint decodes with, as a `SamplerConfig`.
 
-    In order: `preset` (default `default_preset`: `jacobi` for a causal model, else `llada`); the
+    In order: `preset` (default `default_preset`: `jacobi` for a causal model, `diffusiongemma` for
+    DiffusionGemma, else `llada`); for DiffusionGemma, its `generation_config.json` and canvas; the
     checkpoint's `jaxdllm_sampler.json` (the settings its card was measured with, e.g. 16 tokens
     for a 64-position model); a `gen_length` that fits `max_position` when the file names none;
     then `overrides`. A `gen_length` in `overrides` rescales the block length and steps that
@@ -124,7 +160,7 @@ def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=
     defaults = sampler_defaults(directory)  # bad settings fail before the weights are read
     model = from_pretrained(directory, dtype=dtype, mesh=mesh, rules=rules, **config_overrides)
     tokenizer = Tokenizer.from_pretrained(directory)
-    ends = (model.config.eos_token_id, model.config.eot_token_id)
+    ends = (model.config.eos_token_id, model.config.eot_token_id, *(getattr(defaults.policy, "stop_ids", None) or ()))
     tokenizer.stop_ids = tuple(dict.fromkeys([*tokenizer.stop_ids, *(i for i in ends if i is not None)]))
     return Pretrained(model, tokenizer, defaults)
 

@@ -143,3 +143,20 @@ def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, f
     if not fits:  # one sentence: what is needed, what this runtime offers, where it fits
         assert "needs 8.2 GiB per device (int8 weights 8.0 GiB)" in setup.message
         assert "offers 7.2 GiB usable of 8.0" in setup.message and "fits on v5e-1, v6e-1, v2-8" in setup.message
+
+
+def test_diffusiongemma_26b_on_the_colab_runtimes_and_slices():
+    """DiffusionGemma-26B-A4B: 47 GiB of bf16 weights fit no single chip; int8 (24.3 GiB) fits a
+    v6e-1 (32 GiB) and not a v5e-1; bf16 shares out over a v5e-8. The uniform canvas keeps the
+    encoder's cache with each layer's own K/V shape (sliding 8 x 256, full 2 x 512) over the prompt
+    and the canvases, and four float32 [canvas, vocab] buffers per row."""
+    config, sampler = ModelConfig.preset("diffusiongemma-26b-a4b"), SamplerConfig.preset("diffusiongemma")
+    plan = lambda runtime, dtype: sampling_plan(config, sampler, batch=RUNTIMES[runtime].devices, prompt_len=512,
+                                                mesh=runtime_mesh(RUNTIMES[runtime]), dtype=dtype)
+    assert not plan("v6e-1", "bfloat16").fits(RUNTIMES["v6e-1"])
+    assert plan("v6e-1", "int8").fits(RUNTIMES["v6e-1"]) and not plan("v5e-1", "int8").fits(RUNTIMES["v5e-1"])
+    assert plan("v5e-8", "bfloat16").fits(RUNTIMES["v5e-8"])
+    one = plan("v6e-1", "int8")
+    slots, per_slot = 512 + 256, 25 * 8 * 256 + 5 * 2 * 512
+    assert one.terms["kv_cache"] == 2 * slots * per_slot * 2
+    assert one.terms["logits"] == 4 * 256 * 262144 * 4

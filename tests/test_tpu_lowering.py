@@ -152,3 +152,21 @@ def test_llada2_mini_decoding_loop_lowers_for_tpu(mesh_shape, weights, prompt_le
     _check(program_facts(exported))
     text = exported.mlir_module()
     assert text.count('stablehlo.composite "chlo.ragged_dot"') >= 3 * config.num_moe_layers  # gate, up, down
+
+
+@pytest.mark.slow  # a 25B-parameter program: the slow run
+@pytest.mark.parametrize("mesh_shape,weights", [((1, 1, 1), "int8"), ((1, 8, 1), "bfloat16")],
+                         ids=["v6e-1-int8", "v5e-8-bf16"])
+def test_diffusiongemma_decoding_loop_lowers_for_tpu(mesh_shape, weights):
+    """DiffusionGemma-26B-A4B at its real shape (abstract weights) with the `diffusiongemma` preset:
+    int8 on one chip (what fits a v6e-1), bf16 with the experts over an 8-way fsdp axis (a v5e-8).
+    The 256-token prompt's causal prefill and the canvas's denoising steps run the splash kernel,
+    sliding windows included; the experts lower to XLA's ragged dot."""
+    data, fsdp, tensor = mesh_shape
+    mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
+    config = ModelConfig.preset("google/diffusiongemma-26B-A4B-it")
+    model = abstract_model(config, mesh, options=RunOptions(BF16, BF16, quantization="int8" if weights == "int8" else None))
+    assert model.layers[5].experts.gate.kernel.get_value().shape == (128, 2816, 704)
+    exported = Sampler(model).export((fsdp, 256), SamplerConfig.preset("diffusiongemma"), platform="tpu")
+    _check(program_facts(exported))
+    assert exported.mlir_module().count('stablehlo.composite "chlo.ragged_dot"') >= 3 * config.num_layers

@@ -29,9 +29,11 @@ SAMPLING_RUNTIMES = ["v5e-1", "v6e-1", "v2-8", "v5e-8"]
 # LLaDA2 (MoE): the published sampler, with and without the exact block cache (K/V of finished blocks).
 MOE = [("llada2-mini", ["v5e-1", "v6e-1", "v5e-8"]), ("llada2-flash", ["v5p-8", "v5p-16", "v5e-16", "v5e-32"])]
 MOE_PROMPT = 512
+# DiffusionGemma-26B-A4B: the published sampler (one 256-token canvas after a 512-token prompt).
+DIFFUSIONGEMMA = ("diffusiongemma-26b-a4b", ["v5e-1", "v6e-1", "v5e-8", "v5p-8", "v5e-16"])
 TRAINING = [("llada8b_sft_gsm8k", "llada-8b"), ("llada8b_lora_gsm8k", "llada-8b"),
             ("dparallel_llada8b", "llada-8b"), ("dparallel_dream7b", "dream-7b"),
-            ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b")]
+            ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b"), ("diffusiongemma_26b_lora_sft", "diffusiongemma-26b-a4b")]
 TRAINING_RUNTIMES = ["v5e-8", "v4-32", "v5p-8"]
 
 
@@ -71,9 +73,36 @@ def moe_rows(report: dict) -> list[str]:
     return lines
 
 
+def diffusiongemma_rows(report: dict) -> list[str]:
+    """DiffusionGemma-26B-A4B: GiB per device with the `diffusiongemma` preset, bf16 and int8 (batch 1 per device)."""
+    model, runtimes = DIFFUSIONGEMMA
+    config, sampler = ModelConfig.preset(model), SamplerConfig.preset("diffusiongemma")
+    lines = [f"| weights (prompt {MOE_PROMPT} + one 256-token canvas, batch 1 per device) | runtime | weights / device "
+             "| KV / device | logits / device | total / device | fits | weights read per denoising step | HBM floor per step |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for dtype in ("bfloat16", "int8"):
+        for name in runtimes:
+            runtime = RUNTIMES[name]
+            plan = sampling_plan(config, sampler, batch=runtime.devices, prompt_len=MOE_PROMPT,
+                                 mesh=runtime_mesh(runtime), dtype=dtype)
+            tokens = runtime.devices * sampler.block_length  # a denoising step reads one canvas per row
+            read = step_weight_bytes(config, tokens, dtype)
+            floor_ms = read / runtime.devices / (runtime.hbm_gbps * 1e9) * 1e3
+            report["diffusiongemma"].append({"model": model, "weights": dtype, "runtime": name,
+                                             "tokens_per_step": tokens, "weight_bytes_read_per_step": read,
+                                             "hbm_floor_ms": floor_ms, **plan.to_dict()})
+            lines.append(f"| {'bf16' if dtype == 'bfloat16' else dtype} | {name} | {plan.terms['weights'] / GIB:.1f} | "
+                         f"{plan.terms['kv_cache'] / GIB:.2f} | {plan.terms['logits'] / GIB:.2f} | "
+                         f"{plan.total / GIB:.1f} | {'yes' if plan.fits(runtime) else '**no**'} | "
+                         f"{read / GIB:.1f} GiB ({expected_experts_touched(config, tokens):.0f} of "
+                         f"{config.experts.num_experts} experts per layer) | "
+                         f"{f'{floor_ms:.1f} ms' if plan.fits(runtime) else '—'} |")
+    return lines
+
+
 def main():
     report = {"what": "per-device GiB from shapes and sharding rules (jaxdllm.memory_plan); fits = within 90 % "
-                      "of one device's HBM", "sampling": [], "training": [], "moe": []}
+                      "of one device's HBM", "sampling": [], "training": [], "moe": [], "diffusiongemma": []}
     lines = ["| model, sampler, weights (prompt 256, batch 1 per device) | " + " | ".join(
         f"{r} ({RUNTIMES[r].hbm_gib:g} GiB)" for r in SAMPLING_RUNTIMES) + " |",
         "|---|" + "---|" * len(SAMPLING_RUNTIMES)]
@@ -114,7 +143,8 @@ def main():
         lines.append(f"| `{recipe_name}` ({recipe.data.batch_size} x {recipe.data.seq_len}"
                      f"{', LoRA r ' + str(recipe.lora.rank) if recipe.lora.enabled else ''}) | " + " | ".join(cells) + " |")
     print("\n".join(lines) + "\n")
-    print("\n".join(moe_rows(report)))
+    print("\n".join(moe_rows(report)) + "\n")
+    print("\n".join(diffusiongemma_rows(report)))
     # the tables are on paper (shapes and sharding rules): the facts say which machine and jax computed them
     write_report(OUT, report)
     print(f"\nwrote {OUT}")

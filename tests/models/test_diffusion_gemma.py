@@ -125,3 +125,22 @@ def test_int8_stays_within_the_stated_tolerance(pair):
     assert diff.max() <= INT8_MAX_ABS and diff.mean() <= INT8_MEAN_ABS, (diff.max(), diff.mean())
     assert np.mean(low.argmax(-1) == full.argmax(-1)) >= INT8_ARGMAX
     assert q8.layers[0].experts.gate.kernel.get_value().dtype == jnp.int8
+
+
+def test_the_checkpoint_generation_config_sets_the_sampler(pair, tmp_path):
+    """`jaxdllm.load` and the command line decode a DiffusionGemma checkpoint with its published
+    generation settings (`generation_config.json`) on canvases of its own length."""
+    from jaxdllm.pretrained import sampler_defaults
+
+    *_, path = pair
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text((path / "config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({
+        "max_denoising_steps": 48, "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
+        "confidence_threshold": 0.005, "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
+        "eos_token_id": [1, 106, 50], "max_new_tokens": 20}))
+    config = sampler_defaults(folder)
+    assert config.policy.name == "diffusiongemma" and config.block_length == 8 and config.gen_length == 24
+    assert config.policy.stop_ids == (1, 106, 50) and config.policy.max_denoising_steps == 48
+    assert sampler_defaults(folder, max_denoising_steps=4).policy.max_denoising_steps == 4

@@ -41,6 +41,12 @@ class UniformBlockDiffusion(Objective):
     name = "uniform_block_diffusion"
     packing = False
 
+    @property
+    def stacked_views(self) -> int:
+        """Two forwards keep activations for the backward: the encoder's and the (second) denoiser's
+        (the first self-conditioning pass is gradient-stopped)."""
+        return 2
+
     def __post_init__(self):
         super().__post_init__()
         if not 0 < self.t_min < 1 or not 0 <= self.self_conditioning <= 1 or self.encoder_weight < 0:
