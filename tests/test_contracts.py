@@ -6,6 +6,7 @@ What a piece needs beyond the shared setup (another model, settings, an input fi
 table next to its test; a registered piece without an entry fails the test, naming the table.
 """
 
+import dataclasses
 import functools
 import json
 
@@ -15,7 +16,7 @@ import pytest
 from flax import nnx
 
 import jaxdllm
-from jaxdllm import SamplerConfig
+from jaxdllm import ModelConfig, SamplerConfig
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.attention.reference import reference_attention
 from jaxdllm.data import BATCH_KEYS, BatchConfig, BatchIterator, SpecialIds, build_char_tokenizer
@@ -91,6 +92,9 @@ OBJECTIVE_SETUP = {
                        "settings": {"block_length": 4}},
     "cllm": {"preset": "tiny-qwen2", "overrides": {"pad_token_id": PAD}, "batch": "trajectories",
              "settings": {"block_length": 4}},
+    "uniform_block_diffusion": {"preset": "tiny-diffusiongemma", "batch": "tasks",
+                                "overrides": {"num_layers": 2, "gemma4": dataclasses.replace(
+                                    ModelConfig.preset("tiny-diffusiongemma").gemma4, layer_types=("sliding", "full"))}},
 }
 
 
@@ -125,7 +129,9 @@ def test_every_objective_trains_one_step(kind):
     def step(params, batch, key):
         def loss_of(params):
             net = nnx.merge(graphdef, params, rest)
-            views = Views(student=lambda t, p, m: net(t, positions=p, attention=m).logits, config=net.config)
+            forward = lambda t, p, m, cache=None, **kw: net(t, positions=p, attention=m, cache=cache, **kw)  # noqa: E731
+            views = Views(student=lambda t, p, m: forward(t, p, m).logits, config=net.config, forward=forward,
+                          init_cache=net.init_cache)
             return objective(views, batch, key)[0]
 
         loss, grads = jax.value_and_grad(loss_of)(params)

@@ -60,6 +60,24 @@ class UniformBlockDiffusion(Objective):
             raise ConfigError("objective 'uniform_block_diffusion' needs a canvas length: set [objective] block_size "
                               "or the model's block_size")
 
+    def forward(self, views: Views, tokens, noisy, positions, seg, prompt_len, use_sc):
+        """The encoder over the clean rows `tokens [B, L]` and the denoiser over `noisy [B, L]`
+        (canvases from `prompt_len [B]`), self-conditioned for rows `use_sc [B]` by a first,
+        gradient-stopped pass. Returns `(the encoder's ForwardOutput, denoiser logits [B, L, V])`."""
+        config, (b, n) = views.config, tokens.shape
+        encoded = views.forward(tokens, positions, MaskSpec(kind="causal", q_offset=n, q_segment_ids=seg),
+                                views.init_cache(b, 2 * n), encode=True)
+        mask = MaskSpec(kind="denoise_canvas", block_size=self.block_size or config.block_size, prefix_len=prompt_len,
+                        q_segment_ids=seg)
+
+        def denoise(sc, sc_mask):
+            return views.forward(noisy, positions, mask, encoded.cache, self_conditioning=sc,
+                                 self_conditioning_mask=sc_mask).logits
+
+        if self.self_conditioning == 0:
+            return encoded, denoise(None, None)
+        return encoded, denoise(jax.lax.stop_gradient(denoise(None, None)), use_sc)
+
     def __call__(self, views: Views, batch: dict, key: jax.Array):
         config = views.config
         tokens, seg, positions = batch["tokens"], batch["segment_ids"], batch["positions"]
@@ -70,22 +88,9 @@ class UniformBlockDiffusion(Objective):
         corrupt = (jax.random.uniform(k_noise, tokens.shape) < t) & target
         noisy = jnp.where(corrupt, jax.random.randint(k_tok, tokens.shape, 0, config.vocab_size), tokens)
 
-        encoded = views.forward(tokens, positions, MaskSpec(kind="causal", q_offset=n, q_segment_ids=seg),
-                                views.init_cache(b, 2 * n), encode=True)
         prompt_len = (batch["prompt_mask"] & (seg > 0)).sum(1).astype(jnp.int32)
-        mask = MaskSpec(kind="denoise_canvas", block_size=self.block_size or config.block_size, prefix_len=prompt_len,
-                        q_segment_ids=seg)
-
-        def denoise(sc, sc_mask):
-            return views.forward(noisy, positions, mask, encoded.cache, self_conditioning=sc,
-                                 self_conditioning_mask=sc_mask).logits
-
         use_sc = jax.random.uniform(k_sc, (b,)) < self.self_conditioning
-        if self.self_conditioning > 0:
-            first = jax.lax.stop_gradient(denoise(None, None))
-            logits = denoise(first, use_sc)
-        else:
-            logits = denoise(None, None)
+        encoded, logits = self.forward(views, tokens, noisy, positions, seg, prompt_len, use_sc)
 
         weight = jnp.where(target, 1.0 / (1.0 - t) if self.reweight else 1.0, 0.0)
         weight = jnp.minimum(weight, 1.0 / self.t_min)
