@@ -6,7 +6,6 @@ What a piece needs beyond the shared setup (another model, settings, an input fi
 table next to its test; a registered piece without an entry fails the test, naming the table.
 """
 
-import dataclasses
 import functools
 import json
 
@@ -16,7 +15,7 @@ import pytest
 from flax import nnx
 
 import jaxdllm
-from jaxdllm import ModelConfig, SamplerConfig
+from jaxdllm import SamplerConfig
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.attention.reference import reference_attention
 from jaxdllm.data import BATCH_KEYS, BatchConfig, BatchIterator, SpecialIds, build_char_tokenizer
@@ -25,7 +24,7 @@ from jaxdllm.train import TrainConfig, setup
 from jaxdllm.train.distill.trajectories import pack
 from jaxdllm.train.objectives import Views, make_objective
 from support import registries
-from support.models import tiny_model
+from support.models import tiny_model, two_layer_diffusiongemma
 from support.sampler_fixtures import prompts, shared_tiny_llada
 
 
@@ -92,9 +91,7 @@ OBJECTIVE_SETUP = {
                        "settings": {"block_length": 4}},
     "cllm": {"preset": "tiny-qwen2", "overrides": {"pad_token_id": PAD}, "batch": "trajectories",
              "settings": {"block_length": 4}},
-    "uniform_block_diffusion": {"preset": "tiny-diffusiongemma", "batch": "tasks",
-                                "overrides": {"num_layers": 2, "gemma4": dataclasses.replace(
-                                    ModelConfig.preset("tiny-diffusiongemma").gemma4, layer_types=("sliding", "full"))}},
+    "uniform_block_diffusion": {"preset": "tiny-diffusiongemma", "batch": "tasks", "model": two_layer_diffusiongemma},
 }
 
 
@@ -120,7 +117,8 @@ def _trajectory_batch(n=4):
 @pytest.mark.parametrize("kind", registries.objectives())
 def test_every_objective_trains_one_step(kind):
     entry = _entry(OBJECTIVE_SETUP, kind, "objective", "OBJECTIVE_SETUP")
-    model = tiny_model(entry["preset"], shared=True, **entry.get("overrides", {}))  # read only: steps are functional
+    model = (entry["model"]() if "model" in entry else  # read only: steps are functional
+             tiny_model(entry["preset"], shared=True, **entry.get("overrides", {})))
     objective = make_objective(kind, entry.get("settings", {}), model.config)
     batch = {k: np.asarray(v) for k, v in (_task_batch() if entry["batch"] == "tasks" else _trajectory_batch()).items()}
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

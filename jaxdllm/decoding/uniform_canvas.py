@@ -168,6 +168,11 @@ class UniformCanvas:
             state.commit_step, jnp.broadcast_to(state.nfe[:, None], (b, c)), start, axis=1)
         undecided = jax.lax.dynamic_update_slice_in_dim(state.undecided, jnp.zeros((b, c), bool), start, axis=1)
         done = state.done | is_stop.any(1)
+        # a row that ended: its later canvases are pad, decided now (not a forward)
+        later = done[:, None] & (jnp.arange(canvas.shape[1])[None] >= start + c)
+        canvas = jnp.where(later, pad, canvas)
+        commit_step = jnp.where(later, state.nfe[:, None], commit_step)
+        undecided = undecided & ~later
         block = state.block + 1
         done = done | (block >= config.num_blocks)
         positions = jax.lax.dynamic_slice_in_dim(view.positions, start, c, axis=1)

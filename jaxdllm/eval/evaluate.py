@@ -68,7 +68,8 @@ def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen
     Without `preset`, the model card's table at the checkpoint's `gen_length` (or `gen_length`):
     for a causal model (its default preset decodes the draft canvas) autoregressive decoding
     (`ar`), Jacobi decoding (`jacobi`) and Jacobi Forcing's rule (`jacobi-mr`); for a diffusion
-    model one token per step (`llada`) and Fast-dLLM's threshold rule (`threshold`). `overrides`
+    model one token per step (`llada`) and Fast-dLLM's threshold rule (`threshold`); for
+    DiffusionGemma its own sampler at the checkpoint's settings (`diffusiongemma`). `overrides`
     and `sweep` then raise `ConfigError`: they change a named preset.
 
     With `preset`: `sampler_settings` of it over the checkpoint's own settings, `gen_length` and
@@ -76,7 +77,7 @@ def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen
     (`{name: [values]}`; a single value counts as a list of one). A new length rescales the block
     length and steps.
     """
-    from jaxdllm.decoding.methods import DRAFT_CANVAS
+    from jaxdllm.decoding.methods import DRAFT_CANVAS, UNIFORM_CANVAS
     from jaxdllm.pretrained import checkpoint_settings
 
     sets = dict(overrides or {})
@@ -86,6 +87,8 @@ def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen
         if sets or sweep:
             raise ConfigError("--set and --sweep need --preset (the sampler they change)")
         g = gen_length or defaults.get("gen_length", 16)
+        if SamplerConfig.preset(name).policy.method == UNIFORM_CANVAS.name:  # DiffusionGemma
+            return {name: SamplerConfig.preset(name, **{**defaults, "gen_length": g})}
         if SamplerConfig.preset(name).policy.method == DRAFT_CANVAS.name:  # a causal model
             n = min(defaults.get("block_length", 16), g)
             return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),

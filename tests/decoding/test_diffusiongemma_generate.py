@@ -20,16 +20,18 @@ from support.diffusion_gemma_reference import make_diffusion_gemma
 
 CANVAS, STEPS, CANVASES = 8, 12, 3
 # A bound that accepts part of each canvas (the rest is renoised), and a confidence this random model
-# reaches: with these weights one row stops at EOS in its second canvas, one runs every canvas to the
-# step limit, one stops a canvas early and ends at EOS in its third.
-SETTINGS = dict(entropy_bound=3.0, t_min=0.4, t_max=0.8, stability_threshold=1, confidence_threshold=1.0)
+# reaches in some canvases and not others: with these weights two rows end at EOS (in their first and
+# second canvases), one runs all three canvases, some canvases stop early and some at the step limit.
+SETTINGS = dict(entropy_bound=3.0, t_min=0.4, t_max=0.8, stability_threshold=1, confidence_threshold=0.3)
 PROMPTS = [[5, 9, 33, 12, 7, 81, 20, 14, 60], [40, 3, 17], [99, 100, 101, 102, 7, 8]]
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp("dg")
-    torch_model = make_diffusion_gemma(path, seed=3, canvas=CANVAS, head_scale=20.0, eos_scale=1.4, branch_scale=0.2)
+    # one sliding layer (window 8, shorter than prompt + canvases) and one full layer
+    torch_model = make_diffusion_gemma(path, seed=3, canvas=CANVAS, head_scale=20.0, eos_scale=1.5, branch_scale=0.3,
+                                       num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
     return torch_model, jaxdllm.from_pretrained(path)
 
 

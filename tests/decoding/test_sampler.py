@@ -13,7 +13,7 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from support import registries
-from support.models import tiny_model
+from support.models import tiny_model, two_layer_diffusiongemma
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
 
@@ -52,6 +52,8 @@ POLICY_SETUP = {
     "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},
     "jacobi": {"model": "causal"},
     "lookahead": {"model": "causal"},
+    # uniform-noise canvases of the model's 8 tokens, at most 3 denoising steps each
+    "diffusiongemma": {"model": "diffusiongemma", "config": {"block_length": 8, "max_denoising_steps": 3}},
 }
 
 
@@ -66,7 +68,7 @@ def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
         pytest.fail(f"policy {policy!r} is registered but has no entry in POLICY_SETUP (tests/decoding/test_sampler.py): "
                     "add one ({} if the shared LLaDA model and config suffice)")
     setup = POLICY_SETUP[policy]
-    net = causal_model if setup.get("model") == "causal" else model
+    net = {"causal": causal_model, "diffusiongemma": two_layer_diffusiongemma()}.get(setup.get("model"), model)
     params = setup["params"]() if "params" in setup else None
     ids, mask, _ = prompts([5, 5], seed=3)
     config = cfg(gen_length=32, steps=16, policy=policy, **setup.get("config", {}))

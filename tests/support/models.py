@@ -33,3 +33,12 @@ def tiny_model(preset: str, seed: int = 0, head_scale: float | None = None, *, s
 @functools.cache
 def _cached(preset: str, seed: int, head_scale: float | None, overrides: tuple) -> Transformer:
     return tiny_model(preset, seed, head_scale, **dict(overrides))
+
+
+def two_layer_diffusiongemma() -> Transformer:
+    """The tiny DiffusionGemma with one sliding and one full layer (shared: the registry contract
+    tests build it once)."""
+    import dataclasses
+
+    gemma4 = dataclasses.replace(ModelConfig.preset("tiny-diffusiongemma").gemma4, layer_types=("sliding", "full"))
+    return tiny_model("tiny-diffusiongemma", shared=True, num_layers=2, gemma4=gemma4)
