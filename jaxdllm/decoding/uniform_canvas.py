@@ -129,7 +129,7 @@ class UniformCanvas:
         out = model(carry.noisy, positions, MaskSpec(kind="bidirectional", q_offset=start), carry.kv,
                     self_conditioning=carry.self_conditioning, self_conditioning_mask=carry.conditioned)
         step_key = jax.random.fold_in(jax.random.fold_in(state.key, -1 - state.block), state.block_step)
-        z, _, proposal, argmax, accepted = policy.denoise(out.logits, state.block_step, step_key)
+        z, entropy, proposal, argmax, accepted = policy.denoise(out.logits, state.block_step, step_key)
         fresh = canvas_draws(state.key, jnp.arange(b), state.block, state.block_step + 1, c, z.shape[-1])
         noisy = jnp.where(accepted, proposal, fresh)
         # a stopped row keeps its canvas, argmax and conditioning
@@ -139,9 +139,7 @@ class UniformCanvas:
         z = jnp.where(keep[:, None, None], carry.self_conditioning, z)
         stable = (carry.history == argmax[:, None]).all(axis=(1, 2)) if policy.stability_threshold else True
         history = jnp.concatenate([carry.history[:, 1:], argmax[:, None]], 1)
-        probs = jax.nn.softmax(z, axis=-1)
-        entropy = -jnp.sum(jnp.where(probs > 0, probs * jnp.log(jnp.where(probs > 0, probs, 1.0)), 0.0), -1)
-        confident = entropy.mean(-1) < policy.confidence_threshold
+        confident = entropy.mean(-1) < policy.confidence_threshold  # a stopped row's value is never read
         stopped = carry.stopped | (stable & confident)
         carry = carry.replace(kv=out.cache, noisy=noisy, argmax=argmax, self_conditioning=z,
                               conditioned=jnp.ones((b,), bool), history=history, stopped=stopped)

@@ -113,7 +113,8 @@ class JaxdllmLM(LM):
             chunk = requests[lo:lo + self.batch_size]
             config = self.sampler_config
             kwargs = chunk[0].args[1] if len(chunk[0].args) > 1 else {}
-            if kwargs.get("do_sample") and kwargs.get("temperature", 0) > 0:
+            # a temperature request changes samplers that take one (DiffusionGemma's has its own schedule)
+            if kwargs.get("do_sample") and kwargs.get("temperature", 0) > 0 and self.model.config.gemma4 is None:
                 config = config.replace(temperature=float(kwargs["temperature"]))
             texts, row_nfe, row_answer, batch_seconds, _ = decode_rows(
                 self.model, self.tokenizer, [self._encode(r.args[0]) for r in chunk], config)
@@ -139,6 +140,9 @@ class JaxdllmLM(LM):
         if attention == "block_causal":
             raise NotImplementedError("jaxdllm: loglikelihood of block-causal models is not supported; "
                                       "use generation tasks")
+        if self.model.config.gemma4 is not None:
+            raise NotImplementedError("jaxdllm: loglikelihood of DiffusionGemma (uniform-noise diffusion) is not "
+                                      "supported; use generation tasks")
         out = []
         for i, request in enumerate(tqdm(requests, desc="jaxdllm loglikelihood", disable=disable_tqdm)):
             context, continuation = request.args
