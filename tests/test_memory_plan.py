@@ -145,6 +145,20 @@ def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, f
         assert "offers 7.2 GiB usable of 8.0" in setup.message and "fits on v5e-1, v6e-1, v2-8" in setup.message
 
 
+def test_a_uniform_canvas_plan_holds_the_encoder_cache_and_the_canvas_logits():
+    """The uniform canvas keeps the encoder's cache over the prompt and every canvas, each layer with
+    its own K/V shape (the tiny preset: sliding 2 x 16, full 1 x 32), and four float32 [canvas,
+    vocab] buffers per row; its widest forward is the prompt's prefill."""
+    config = ModelConfig.preset("tiny-diffusiongemma")
+    sampler = SamplerConfig.preset("diffusiongemma", gen_length=24, block_length=8)
+    plan = sampling_plan(config, sampler, batch=2, prompt_len=40, platform="cpu")
+    slots, per_slot = 40 + 24, 2 * (2 * 16) + 2 * (1 * 32)
+    assert plan.terms["kv_cache"] == 2 * 2 * slots * per_slot * 4
+    assert plan.terms["logits"] == 4 * 2 * 8 * 256 * 4
+    assert plan.terms["decode_state"] == 2 * slots * 16
+
+
+@pytest.mark.slow  # two abstract 25B-parameter models (bf16, int8): the default run's 6-minute budget
 def test_diffusiongemma_26b_on_the_colab_runtimes_and_slices():
     """DiffusionGemma-26B-A4B: 47 GiB of bf16 weights fit no single chip; int8 (24.3 GiB) fits a
     v6e-1 (32 GiB) and not a v5e-1; bf16 shares out over a v5e-8. The uniform canvas keeps the

@@ -19,12 +19,10 @@ The runs' folders go under `--runs` (default `runs/diffusiongemma_tiny`), so a r
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from jaxdllm.extras import exit_if_missing
-from sampling.benchmarks.entropy_bound_sweep import markdown_table, plot
-from sampling.benchmarks.report import write_report
+from sampling.benchmarks.entropy_bound_sweep import add_run, save
 
 DG, MASKED = "tasks-diffusiongemma-tiny", "tasks-llada2-tiny"
 
@@ -53,28 +51,13 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="output path without extension (.json, .png)")
     args = parser.parse_args(argv)
 
-    from jaxdllm.cli import main as jaxdllm_main
-
     data = {"model": f"{DG} beside {MASKED}", "n": args.n, "tasks": None, "commands": {}, "families": {},
             "settings": {}, "results": {}, "gen_length": 16, "block_length": 16}
     for i, (family, (model, flags)) in enumerate(families(args).items()):
         out = Path(args.runs) / f"{i}-{model}-{flags[1]}"
-        command = ["eval", "--model", model, "--tasks", args.tasks, "--n", str(args.n), *flags, "--out", str(out),
-                   "--no-progress"]
-        print("jaxdllm " + " ".join(command), flush=True)
-        if jaxdllm_main(command) != 0:
-            raise SystemExit(f"jaxdllm {' '.join(command)} failed")
-        report = json.loads((out / "eval.json").read_text())
-        keys = {label: f"{family}: {label}" for label in report["results"]}
-        data["commands"][family] = "jaxdllm " + " ".join(command)
-        data["families"][family] = list(keys.values())
-        data["settings"].update({keys[k]: v for k, v in report["settings"].items()})
-        data["results"].update({keys[k]: v for k, v in report["results"].items()})
-        data["tasks"] = [t for t in next(iter(report["results"].values())) if t != "mean"]
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    print(markdown_table(data))
-    write_report(path, data, plot)
+        add_run(data, family, ["eval", "--model", model, "--tasks", args.tasks, "--n", str(args.n), *flags,
+                               "--out", str(out), "--no-progress"], prefix=f"{family}: ")
+    save(data, args.out)
 
 
 if __name__ == "__main__":

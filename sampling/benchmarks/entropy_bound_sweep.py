@@ -103,6 +103,31 @@ def markdown_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def add_run(data: dict, family: str, command: list[str], prefix: str = "") -> None:
+    """Run `jaxdllm <command>` (an eval with `--out`) and add its settings and results to `data`
+    under `family` (each setting's label prefixed with `prefix`)."""
+    from jaxdllm.cli import main as jaxdllm_main
+
+    print("jaxdllm " + " ".join(command), flush=True)
+    if jaxdllm_main(command) != 0:
+        raise SystemExit(f"jaxdllm {' '.join(command)} failed")
+    report = json.loads((Path(command[command.index("--out") + 1]) / "eval.json").read_text())
+    keys = {label: prefix + label for label in report["results"]}
+    data["commands"][family] = "jaxdllm " + " ".join(command)
+    data["families"][family] = list(keys.values())
+    data["settings"].update({keys[k]: v for k, v in report["settings"].items()})
+    data["results"].update({keys[k]: v for k, v in report["results"].items()})
+    data["tasks"] = [t for t in next(iter(report["results"].values())) if t != "mean"]
+
+
+def save(data: dict, out: str | Path) -> None:
+    """Print the table; write `<out>.json` and `<out>.png`."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(markdown_table(data))
+    write_report(path, data, plot)
+
+
 def main(argv=None) -> None:
     exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.entropy_bound_sweep")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,28 +142,15 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.runs = args.runs or str(Path("runs") / "entropy_bound" / Path(args.model).name)
 
-    from jaxdllm.cli import main as jaxdllm_main
-
     commands = eval_commands(args)
     data = {"model": Path(args.model).name, "n": args.n, "tasks": None, "commands": {}, "families": {},
             "settings": {}, "results": {}}
     for family, command in commands.items():
-        print("jaxdllm " + " ".join(command), flush=True)
-        if jaxdllm_main(command) != 0:
-            raise SystemExit(f"jaxdllm {' '.join(command)} failed")
-        report = json.loads((Path(command[command.index("--out") + 1]) / "eval.json").read_text())
-        data["commands"][family] = "jaxdllm " + " ".join(command)
-        data["families"][family] = list(report["results"])
-        data["settings"].update(report["settings"])
-        data["results"].update(report["results"])
-        data["tasks"] = [t for t in next(iter(report["results"].values())) if t != "mean"]
+        add_run(data, family, command)
     first = next(iter(data["settings"].values()))  # every family runs on the checkpoint's canvas
     data["gen_length"] = int(first.split("gen_length=")[1].split(",")[0])
     data["block_length"] = int(first.split("block_length=")[1].split(",")[0])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    print(markdown_table(data))
-    write_report(out, data, plot)
+    save(data, args.out)
 
 
 if __name__ == "__main__":
