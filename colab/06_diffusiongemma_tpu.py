@@ -144,7 +144,7 @@ print(f"{tokens / seconds:.1f} tokens/s, {tokens / out.nfe.sum():.2f} tokens per
 # %%
 import matplotlib.pyplot as plt
 
-budgets = [2, 4, 8, 16] if SMALL else [8, 16, 32, 48]
+budgets = [1, 2, 4, 16] if SMALL else [8, 16, 32, 48]
 rows = []
 for steps in budgets:
     result = jaxdllm.generate(model, batch, config.replace(max_denoising_steps=steps))

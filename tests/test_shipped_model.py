@@ -138,3 +138,22 @@ def test_the_shipped_moe_model_matches_its_card():
         assert abs(copy["mean_nfe"] - copy_nfe) <= 0.01 and abs(reverse["mean_nfe"] - reverse_nfe) <= 0.01, (
             preset, copy, reverse)
 
+
+
+DIFFUSIONGEMMA = DEFAULT_MODEL.parent / "tasks-diffusiongemma-tiny"
+
+
+@pytest.mark.slow  # four evaluations of 200 prompts; the README's block decodes this model in the default run
+@pytest.mark.skipif(not (DIFFUSIONGEMMA / "config.json").is_file(), reason="no shipped DiffusionGemma checkpoint")
+def test_the_shipped_diffusiongemma_model_matches_its_card():
+    """The card: copy and reverse 100 % with the checkpoint's defaults (DiffusionGemma's published,
+    sampling sampler) in 2 forwards each (the stop's earliest), and in 1 with a budget of one step."""
+    from jaxdllm import sampler_defaults
+
+    model, tok = from_pretrained(DIFFUSIONGEMMA), Tokenizer.from_pretrained(DIFFUSIONGEMMA)
+    assert model.config.gemma4 is not None and model.config.checkpoint_format == "diffusion_gemma"
+    for overrides, nfe in (({}, 2.0), ({"max_denoising_steps": 1}, 1.0)):
+        config = sampler_defaults(DIFFUSIONGEMMA, **overrides)
+        for task in ("copy", "reverse"):
+            result = evaluate_task(model, tok, task, config, n=200)
+            assert result["accuracy"] == 1.0 and result["mean_nfe"] == nfe, (overrides, task, result)

@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "masked_accuracy", "noisy_accuracy", "expert_load_max",
-          "expert_load_cv")
+PANELS = ("loss", "ce", "entropy", "ar_loss", "consistency_loss", "denoise_loss", "encoder_loss", "masked_accuracy",
+          "noisy_accuracy", "corrupted_accuracy", "expert_load_max", "expert_load_cv")
 
 
 def main(argv=None) -> None:
