@@ -2,7 +2,7 @@
 policy `diffusiongemma`) against transformers' `DiffusionGemmaForBlockDiffusion.generate` (PyTorch
 eager), side by side in one process on the same random weights (writes JSON + PNG).
 
-    python -m sampling.benchmarks.diffusiongemma_speed                          # CPU: tiny, small, medium; batch 1 and 4
+    python -m sampling.benchmarks.diffusiongemma_speed                          # CPU: every size, batch 1 and 4
     python -m sampling.benchmarks.diffusiongemma_speed --sizes tiny --batch 1 --repeats 1    # a quick check
     python -m sampling.benchmarks.diffusiongemma_speed --real-shape --batch 1 8  # one GPU: the published 26B-A4B, bf16
 
@@ -19,7 +19,9 @@ the others scale the published 26B-A4B shape down and keep its proportions: the 
 full-attention layer every 6th layer and last), GQA (sliding layers heads / 2 K/V heads, full
 layers heads / 8 K/V heads of twice the head dim, K = V), the dense MLP at 3/4 of the width,
 experts of 1/4 of the width with 1/16 of them routed per token, tied embeddings and the logit
-softcap; the vocabulary and the canvas are cut so that a CPU run takes minutes. `--real-shape` is
+softcap; the vocabulary and the canvas are cut so that a CPU run takes minutes (`small` 45M
+parameters, `medium` 235M, `large` 407M of which 124M active per token; on 2 CPU cores the run of
+every size takes ~5 minutes, `large` ~2). `--real-shape` is
 the published shape itself (`ModelConfig.preset("diffusiongemma-26b-a4b")`: 25.25B parameters,
 vocabulary 262,144, canvas 256) in bf16: it needs one GPU holding both copies (~101 GB: an H200)
 and ~51 GB of free disk for the checkpoint; elsewhere the script refuses.
@@ -37,7 +39,11 @@ Two modes of drawing (`draws` in the JSON):
   in place of a sample); transformers the same (`torch.multinomial` answered by the argmax) and fed
   the uniform canvas draws jaxdllm uses (`jaxdllm.decoding.uniform_canvas.canvas_draws`, looked up
   from a table made before the clock starts). Both sides then do the same work: equal tokens and
-  equal forwards are recorded per row (`tokens_equal`, `nfe_equal`), not asserted.
+  equal forwards are recorded per row (`tokens_equal`, `rows_equal_fraction`, `token_agreement`: the
+  fraction of equal generated tokens; `nfe_equal`), not asserted. The logits agree to ~1e-4 in
+  float32, but random weights make every position's entropy nearly the same (10.23 to 10.24 nats at
+  `small`, the lowest two ~1e-4 apart), so a last-digit difference can accept another position or
+  flip a near-tied argmax, and a few tokens of the larger sizes differ while the forwards stay equal.
 * `--sample`: each side samples as published with its own random numbers (jaxdllm's key,
   torch's generator); tokens and forwards may differ between the sides.
 
@@ -55,6 +61,15 @@ Per (size, batch) and side (`rows[*].sides.jaxdllm` / `.transformers`):
   row forwards), `forwards` (forwards of the whole batch), `ms_per_forward` (`median_s` / `forwards`;
   the encoder's passes, one per canvas, are inside the time but not counted, as published).
 
+On CPU, jaxdllm's routed experts (`jaxdllm.models.moe.grouped_swiglu`: one `jax.lax.ragged_dot` per
+projection) are what it loses on at `medium` and `large`: XLA's CPU backend runs `ragged_dot` far
+slower than a dense matmul of the same rows (at `medium`'s expert shapes, 128 tokens routed to 2 of
+32 experts of 768 -> 192, ~49 ms per layer against ~0.8 ms), while transformers' `grouped_mm` does
+not pay this; at `tiny` and `small` (1 of 16 experts) jaxdllm's one compiled loop is ahead.
+
+Each row also records `load_average` (the host's 1, 5 and 15 minute load after it): the timings
+assume nothing else runs.
+
 The PNG: tokens/s per size and batch, a bar per side (left), and the first-call seconds (right).
 """
 
@@ -66,7 +81,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU mem
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import shutil
 import sys
@@ -92,6 +106,8 @@ SHAPES = {
     "small": dict(layers=6, width=512, heads=8, head_dim=64, experts=16, top_k=1, vocab=32768, canvas=32, window=128),
     "medium": dict(layers=12, width=768, heads=8, head_dim=96, experts=32, top_k=2, vocab=32768, canvas=32,
                    window=256),
+    "large": dict(layers=12, width=1024, heads=8, head_dim=128, experts=32, top_k=2, vocab=32768, canvas=32,
+                  window=256),
 }
 COLUMNS = ("first_call_s", "median_s", "min_s", "samples_s", "tokens_per_s", "generated_tokens", "nfe", "nfe_rows",
            "tokens_per_forward", "forwards", "ms_per_forward")
@@ -311,9 +327,12 @@ def run_row(size: str, batch: int, ctx: dict, args) -> dict:
                    forwards)
     hf_cols = side_columns(hf_t, hf["tokens"], hf["nfe"], forwards)
 
-    equal = (res.generated == hf["tokens"]).all(-1)
+    same = res.generated == hf["tokens"]
+    equal = same.all(-1)
     return dict(row=f"{size}-b{batch}", size=size, batch=batch, sides=dict(jaxdllm=jax_cols, transformers=hf_cols),
                 tokens_equal=bool(equal.all()), rows_equal_fraction=float(equal.mean()),
+                token_agreement=float(same.mean()), load_average=list(os.getloadavg()) if hasattr(os, "getloadavg")
+                else None,
                 nfe_equal=jax_cols["nfe_rows"] == hf_cols["nfe_rows"],
                 jax_over_transformers_tokens_per_s=jax_cols["tokens_per_s"] / hf_cols["tokens_per_s"]
                 if hf_cols["tokens_per_s"] else None)
@@ -442,8 +461,9 @@ def main(argv=None) -> int:
 
 def markdown(result: dict) -> str:
     """The rows as a markdown table, a line per (size, batch, side)."""
-    lines = [f"\n{result['device']} ({result['platform']}), {result['dtype']}, torch threads {result['torch_threads']}, "
-             f"max_denoising_steps {result['settings']['max_denoising_steps']}, {result['draws'].split(' (')[0]}\n",
+    lines = [f"\n{result['device']} ({result['platform']}), {result['dtype']}, torch threads "
+             f"{result['torch_threads']}, max_denoising_steps {result['settings']['max_denoising_steps']}, "
+             f"{result['draws'].split(' (')[0]}\n",
              "| size | batch | side | tokens/s | median s | first call s | NFE/row | tokens/forward | ms/forward | "
              "jax/transformers | equal tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731

@@ -12,7 +12,8 @@ from transformers import DiffusionGemmaForBlockDiffusion
 
 from jaxdllm.models.families.diffusion_gemma import config_from_hf, published_layer_types
 from sampling.benchmarks.diffusiongemma_speed import (COLUMNS, SHAPES, SIDES, describe, hf_config_dict, hf_result,
-                                                      main, make_model, markdown, refuse_real_shape, side_columns, size_config)
+                                                      main, make_model, markdown, refuse_real_shape, side_columns,
+                                                      size_config)
 from sampling.benchmarks.timing import Timing
 
 
@@ -30,7 +31,7 @@ def test_scaled_shapes_keep_the_published_proportions(size):
     # everything else as published
     assert (c.gemma4.full_rope_theta, c.gemma4.final_softcap, c.rope_theta) == \
            (real.gemma4.full_rope_theta, real.gemma4.final_softcap, real.rope_theta)
-    assert c.num_params < 4e8
+    assert c.num_params < 5e8  # a few hundred million at most: minutes on a CPU
 
 
 @pytest.mark.parametrize("size", list(SHAPES) + ["real"])
