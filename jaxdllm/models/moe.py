@@ -10,9 +10,11 @@ Routing, per token (LLaDA2's `LLaDA2MoeGate`; the settings are `ModelConfig.expe
 `expert_bias` only moves the selection (aux-loss-free balancing): it gets no gradient, and the
 trainer nudges it towards balanced loads (`jaxdllm.train.expert_balance`).
 
-Dispatch: the (token, expert) pairs are sorted by expert, each expert's SwiGLU runs on its
-contiguous rows with one `ragged_dot` per projection (XLA's native ragged dot on TPU and GPU;
-a dense emulation on CPU), and the outputs return to their tokens weighted by the routing weights.
+Dispatch (`grouped_swiglu`): on TPU and GPU the (token, expert) pairs are sorted by expert, each
+expert's SwiGLU runs on its contiguous rows with one `ragged_dot` per projection (XLA's native
+ragged dot), and the outputs return to their tokens weighted by the routing weights. On a CPU every
+expert runs on every token and the routing weights mix the outputs (XLA's CPU ragged dot is a slow
+emulation).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxdllm.attention.platform import target_platform
 from jaxdllm.models import quantize
 from jaxdllm.models.config import ExpertConfig, ModelConfig
 from jaxdllm.models.layers import MLP, _init
@@ -107,8 +110,13 @@ class MoE(nnx.Module):
 
 def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: jax.Array, up: jax.Array,
                    down: jax.Array, activation=jax.nn.silu) -> tuple[jax.Array, jax.Array]:
-    """`sum_j weights[t, j] * glu_{experts[t, j]}(x[t])` with one `ragged_dot` per projection; the
-    gated unit is `down(activation(gate x) * up x)` (SwiGLU by default).
+    """`sum_j weights[t, j] * glu_{experts[t, j]}(x[t])`; the gated unit is
+    `down(activation(gate x) * up x)` (SwiGLU by default).
+
+    On TPU and GPU one `ragged_dot` per projection over the (token, expert) pairs sorted by expert.
+    On a CPU, where XLA's ragged dot is a slow emulation (tens of times a plain matmul over the same
+    rows, and slow to compile), every expert runs on every token and the outputs are mixed with
+    the routing weights (zero for the experts a token did not pick): the same sum.
 
     Args:
       x: `[T, D]`; experts, weights: `[T, k]`; gate, up: `[E, D, M]`; down: `[E, M, D]`.
@@ -117,12 +125,18 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
       `(y [T, D] float32, load [E] int32)`: the mixed expert outputs and how many rows each
       expert ran.
     """
-    t, k = experts.shape
     num_experts = gate.shape[0]
-    flat_experts = experts.reshape(-1)
-    order = jnp.argsort(flat_experts, stable=True)  # (token, slot) pairs grouped by expert
+    load = jnp.bincount(experts.reshape(-1), length=num_experts).astype(jnp.int32)
+    if target_platform() == "cpu":
+        mix = jnp.zeros((x.shape[0], num_experts), jnp.float32).at[jnp.arange(x.shape[0])[:, None], experts].add(
+            weights.astype(jnp.float32))
+        hidden = activation(jnp.einsum("td,edm->tem", x, gate, preferred_element_type=jnp.float32))
+        hidden = (hidden * jnp.einsum("td,edm->tem", x, up, preferred_element_type=jnp.float32)).astype(x.dtype)
+        out = jnp.einsum("tem,emd->ted", hidden, down, preferred_element_type=jnp.float32)
+        return jnp.einsum("ted,te->td", out, mix), load
+    t, k = experts.shape
+    order = jnp.argsort(experts.reshape(-1), stable=True)  # (token, slot) pairs grouped by expert
     rows = x[order // k]
-    load = jnp.bincount(flat_experts, length=num_experts).astype(jnp.int32)
     dot = lambda a, w: jax.lax.ragged_dot(a, w, load, preferred_element_type=jnp.float32)
     hidden = (activation(dot(rows, gate)) * dot(rows, up)).astype(x.dtype)
     out = dot(hidden, down)  # [T*k, D] in expert order
