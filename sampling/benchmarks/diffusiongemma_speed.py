@@ -61,11 +61,12 @@ Per (size, batch) and side (`rows[*].sides.jaxdllm` / `.transformers`):
   row forwards), `forwards` (forwards of the whole batch), `ms_per_forward` (`median_s` / `forwards`;
   the encoder's passes, one per canvas, are inside the time but not counted, as published).
 
-On CPU, jaxdllm's routed experts (`jaxdllm.models.moe.grouped_swiglu`: one `jax.lax.ragged_dot` per
-projection) are what it loses on at `medium` and `large`: XLA's CPU backend runs `ragged_dot` far
-slower than a dense matmul of the same rows (at `medium`'s expert shapes, 128 tokens routed to 2 of
-32 experts of 768 -> 192, ~49 ms per layer against ~0.8 ms), while transformers' `grouped_mm` does
-not pay this; at `tiny` and `small` (1 of 16 experts) jaxdllm's one compiled loop is ahead.
+On CPU, jaxdllm's routed experts (`jaxdllm.models.moe.grouped_swiglu`) run every expert on every
+token and mix the outputs by the routing weights (XLA's CPU `ragged_dot` is a slow emulation: at
+`medium`'s expert shapes ~49 ms per layer against ~0.8 ms for a dense matmul of the same rows).
+That costs `num_experts / experts_per_token` times the expert FLOPs (16x at `medium` and `large`),
+which is where jaxdllm trails transformers' `grouped_mm` at those sizes; at `tiny` and `small`
+jaxdllm's one compiled loop is ahead. On TPU and GPU the experts run as `ragged_dot`.
 
 Each row also records `load_average` (the host's 1, 5 and 15 minute load after it): the timings
 assume nothing else runs.
