@@ -90,6 +90,7 @@ def test_each_block_stands_alone():
 def test_readme_python_blocks_run(tmp_path):
     model_dir = tiny_chat_llada(tmp_path / "llada")
     moe_dir = tiny_chat_llada(tmp_path / "llada2", "tiny-llada2")  # stands in for LLaDA2.0-mini
+    gemma_dir = tiny_chat_llada(tmp_path / "diffusiongemma", "tiny-diffusiongemma")  # for DiffusionGemma-26B-A4B
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     work = tmp_path / "work"  # an empty working folder: shipped models must resolve by name
@@ -98,7 +99,8 @@ def test_readme_python_blocks_run(tmp_path):
     for i, (real, code) in enumerate(python_blocks(README.read_text())):
         if real:
             code = (code.replace('"/tmp/', f'"{scratch}/').replace("/models/LLaDA-8B-Instruct", str(model_dir))
-                    .replace("/models/LLaDA2.0-mini", str(moe_dir)))
+                    .replace("/models/LLaDA2.0-mini", str(moe_dir))
+                    .replace("/models/diffusiongemma-26B-A4B-it", str(gemma_dir)))
         parts.append(f"print('--- README block {i}', flush=True)\n{code}")
     script = work / "readme_blocks.py"
     script.write_text("\n".join(parts))

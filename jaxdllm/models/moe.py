@@ -127,12 +127,13 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     """
     num_experts = gate.shape[0]
     load = jnp.bincount(experts.reshape(-1), length=num_experts).astype(jnp.int32)
-    if target_platform() == "cpu":
+    if target_platform() == "cpu":  # in float32: XLA's CPU dots take no bf16 x bf16 -> f32 of these shapes
+        f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
         mix = jnp.zeros((x.shape[0], num_experts), jnp.float32).at[jnp.arange(x.shape[0])[:, None], experts].add(
-            weights.astype(jnp.float32))
-        hidden = activation(jnp.einsum("td,edm->tem", x, gate, preferred_element_type=jnp.float32))
-        hidden = (hidden * jnp.einsum("td,edm->tem", x, up, preferred_element_type=jnp.float32)).astype(x.dtype)
-        out = jnp.einsum("tem,emd->ted", hidden, down, preferred_element_type=jnp.float32)
+            f32(weights))
+        hidden = activation(jnp.einsum("td,edm->tem", f32(x), f32(gate)))
+        hidden = f32((hidden * jnp.einsum("td,edm->tem", f32(x), f32(up))).astype(x.dtype))  # rounded as on TPU
+        out = jnp.einsum("tem,emd->ted", hidden, f32(down))
         return jnp.einsum("ted,te->td", out, mix), load
     t, k = experts.shape
     order = jnp.argsort(experts.reshape(-1), stable=True)  # (token, slot) pairs grouped by expert
