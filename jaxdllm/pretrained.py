@@ -45,9 +45,8 @@ def default_preset(model_config: ModelConfig) -> str:
     return "jacobi" if model_config.attention == "causal" else "llada"
 
 
-# DiffusionGemma's generation_config.json keys -> `diffusiongemma` policy settings.
-_GENERATION_KEYS = {"max_denoising_steps": "max_denoising_steps", "t_min": "t_min", "t_max": "t_max",
-                    "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold"}
+# DiffusionGemma's generation_config.json keys that are `diffusiongemma` policy settings of the same name.
+_GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
 
 
 def diffusiongemma_settings(directory: Path, model_config: ModelConfig) -> dict:
@@ -57,9 +56,7 @@ def diffusiongemma_settings(directory: Path, model_config: ModelConfig) -> dict:
     settings: dict[str, Any] = {"block_length": model_config.block_size}
     file = directory / "generation_config.json"
     raw = json.loads(file.read_text()) if file.is_file() else {}
-    for key, name in _GENERATION_KEYS.items():
-        if raw.get(key) is not None:
-            settings[name] = raw[key]
+    settings.update({key: raw[key] for key in _GENERATION_KEYS if raw.get(key) is not None})
     bound = (raw.get("sampler_config") or {}).get("entropy_bound")
     if bound is not None:
         settings["entropy_bound"] = float(bound)

@@ -85,15 +85,8 @@ class UniformCanvas:
             raise ConfigError(f"policy {config.policy.name!r} decodes DiffusionGemma models (uniform-noise canvases, "
                               "an encoder and a self-conditioned denoiser); this model is "
                               f"{model_config.model_type!r}")
-        if not self.stop_ids(model_config, config):
+        if not config.policy.stop_ids and model_config.eos_token_id is None and model_config.eot_token_id is None:
             raise ConfigError("policy 'diffusiongemma' needs stop ids: set stop_ids= or the model's eos_token_id")
-
-    @staticmethod
-    def stop_ids(model_config, config) -> tuple[int, ...]:
-        ids = config.policy.stop_ids
-        if ids is None:
-            ids = tuple(t for t in (model_config.eos_token_id, model_config.eot_token_id) if t is not None)
-        return tuple(ids)
 
     def max_steps(self, config, lay=None) -> int:
         return config.num_blocks * config.policy.max_denoising_steps
@@ -156,7 +149,7 @@ class UniformCanvas:
         b, v = carry.noisy.shape[0], carry.self_conditioning.shape[-1]
         start = lp + state.block * c
         pad = model.config.pad_token_id or 0
-        stops = jnp.asarray(self.stop_ids(model.config, config), jnp.int32)
+        stops = jnp.asarray(config.policy.stop_ids or lay.eos_eot, jnp.int32)  # default: the model's EOS, EoT
         tokens = carry.argmax
         is_stop = (tokens[..., None] == stops).any(-1)
         after_first = (jnp.cumsum(is_stop, axis=1) - is_stop) > 0  # past the first stop id
