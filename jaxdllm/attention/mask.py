@@ -25,6 +25,14 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     its own column's levels up to l (one Jacobi trajectory per column). A branch token sees its
     own branch up to itself. With `levels = 0` it is the plain multi-branch verification layout.
 
+  * `tree`: one forward over a tree of drafts (Medusa, Token Recycling, FreeDave's drafts over a
+    cache). Keys before `prefix_len` (the decided text) are causal; from `prefix_len` on, `tree =
+    (p_0, p_1, ...)` lays out nodes of `block_size` tokens each (1 by default): node i is the
+    physical span `[prefix_len + i * block_size, prefix_len + (i + 1) * block_size)` and `p_i` its
+    parent (`-1`: none, or an earlier node, `p_i < i`). A node's tokens see the prefix, every token
+    of their own node (bidirectionally) and of its ancestors; nothing after the tree is visible
+    to a node.
+
   * `denoise_canvas`: DiffusionGemma's training denoiser. Noisy queries `[0, n)` over keys
     `[noisy ; clean]` (`n = Lk // 2`; the clean half holds the encoder's K/V). Per row, canvases
     of `block_size` start at `prefix_len` (the prompt length P): a noisy token of canvas b sees
@@ -49,17 +57,18 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxdllm.errors import ConfigError
 
 MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
-                   "denoise_canvas"]
+                   "denoise_canvas", "tree"]
 MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
-              "denoise_canvas")
+              "denoise_canvas", "tree")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing", "denoise_canvas")
 _HALVES = ("block_diffusion", "denoise_canvas")  # the rule needs the key length (two halves)
-_PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas")
+_PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree")
 _WINDOWED = ("causal", "bidirectional", "denoise_canvas")
 
 
@@ -78,6 +87,8 @@ class MaskSpec:
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
       window: sliding window W (static; `causal` and `bidirectional` only): see the module notes.
+      tree: parents of the `tree` kind's nodes (static tuple; -1 = no parent); `block_size` (default
+        1) is the tokens per node.
     """
 
     kind: str = struct.field(pytree_node=False, default="bidirectional")
@@ -88,6 +99,7 @@ class MaskSpec:
     kv_segment_ids: jax.Array | None = None
     window_shape: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
     window: int | None = struct.field(pytree_node=False, default=None)
+    tree: tuple[int, ...] | None = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
         if self.kind not in MASK_KINDS:
@@ -98,6 +110,10 @@ class MaskSpec:
                                         or self.window < 1):
             raise ConfigError(f"a sliding window must be a positive int on a {_WINDOWED} mask; got window="
                               f"{self.window!r} on {self.kind!r}")
+        if self.kind == "tree":
+            check_tree(self.tree)
+            if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
+                raise ConfigError(f"mask kind 'tree' takes block_size = tokens per node >= 1, got {self.block_size!r}")
         if self.kind == "lookahead":
             shape = self.window_shape
             if (not isinstance(shape, tuple) or len(shape) != 3 or any(not isinstance(x, int) or x < 0 for x in shape)
@@ -148,6 +164,8 @@ class MaskSpec:
             raise ConfigError(f"{self.kind} visibility needs the half length; use visible_at() or dense()")
         if self.kind == "lookahead":
             return self._lookahead_visible(q_idx, k_idx)
+        if self.kind == "tree":
+            return self._tree_visible(q_idx, k_idx)
         # jacobi_forcing
         p = self.prefix_len
         q_prompt, k_prompt = q_idx < p, k_idx < p
@@ -170,6 +188,15 @@ class MaskSpec:
         same_branch = (rq - 1 - span) // n == (rk - 1 - span) // n
         branch = q_branch & k_branch & same_branch & (rk <= rq)
         return ((rk < 0) & (k_idx <= q_idx)) | ((rk == 0) & (rq >= 0)) | lookahead | branch
+
+    def _tree_visible(self, q_idx, k_idx):
+        n, size = len(self.tree), self.block_size or 1
+        rq, rk = q_idx - self.prefix_len, k_idx - self.prefix_len
+        q_node, k_node = rq // size, rk // size
+        in_q, in_k = (rq >= 0) & (q_node < n), (rk >= 0) & (k_node < n)
+        table = jnp.asarray(tree_ancestry(self.tree))             # [n, n]: row a, column b: b is a or above a
+        related = table[jnp.clip(q_node, 0, n - 1), jnp.clip(k_node, 0, n - 1)]
+        return ((rk < 0) & ((rq >= 0) | (k_idx <= q_idx))) | (in_q & in_k & related)
 
     def _block_diffusion_visible(self, q_idx, k_idx, n):
         bs = self.block_size
@@ -225,3 +252,29 @@ class MaskSpec:
                     f"segment ids {qs.shape} / {ks.shape} do not match q_len {q_len} / kv_len {kv_len}")
             mask = mask & (qs[:, :, None] == ks[:, None, :])
         return mask
+
+
+def check_tree(parents) -> None:
+    """Raise `ConfigError` unless `parents` is a non-empty tuple of ints with `-1 <= p_i < i`."""
+    if (not isinstance(parents, tuple) or not parents
+            or any(not isinstance(p, int) or isinstance(p, bool) or not -1 <= p < i for i, p in enumerate(parents))):
+        raise ConfigError("a tree is a non-empty tuple of parent indices p_i with -1 <= p_i < i (-1: no parent), "
+                          f"got {parents!r}")
+
+
+def tree_ancestry(parents: tuple[int, ...]) -> np.ndarray:
+    """`[n, n]` bool: `[a, b]` is True when node b is node a or one of its ancestors."""
+    n = len(parents)
+    table = np.eye(n, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            table[i] |= table[p]
+    return table
+
+
+def tree_depths(parents: tuple[int, ...]) -> np.ndarray:
+    """`[n]` int32: each node's depth (0 for a node without parent)."""
+    depth = np.zeros(len(parents), np.int32)
+    for i, p in enumerate(parents):
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    return depth
