@@ -92,6 +92,7 @@ OBJECTIVE_SETUP = {
     "cllm": {"preset": "tiny-qwen2", "overrides": {"pad_token_id": PAD}, "batch": "trajectories",
              "settings": {"block_length": 4}},
     "uniform_block_diffusion": {"preset": "tiny-diffusiongemma", "batch": "tasks", "model": two_layer_diffusiongemma},
+    "medusa": {"preset": "tiny-qwen2", "batch": "tasks", "settings": {"num_heads": 2, "train_backbone": True}},
 }
 
 
@@ -122,14 +123,18 @@ def test_every_objective_trains_one_step(kind):
     objective = make_objective(kind, entry.get("settings", {}), model.config)
     batch = {k: np.asarray(v) for k, v in (_task_batch() if entry["batch"] == "tasks" else _trajectory_batch()).items()}
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    extra = objective.extra_module(model.config)  # an objective's own module (Medusa heads) trains with it
+    params = {"model": params, "extra": None if extra is None else nnx.state(extra, nnx.Param)}
+    extra_def = None if extra is None else nnx.graphdef(extra)
 
     @jax.jit
     def step(params, batch, key):
         def loss_of(params):
-            net = nnx.merge(graphdef, params, rest)
+            net = nnx.merge(graphdef, params["model"], rest)
             forward = lambda t, p, m, cache=None, **kw: net(t, positions=p, attention=m, cache=cache, **kw)  # noqa: E731
             views = Views(student=lambda t, p, m: forward(t, p, m).logits, config=net.config, forward=forward,
-                          init_cache=net.init_cache)
+                          init_cache=net.init_cache, unembed=net.unembed,
+                          extra=None if extra_def is None else nnx.merge(extra_def, params["extra"]))
             return objective(views, batch, key)[0]
 
         loss, grads = jax.value_and_grad(loss_of)(params)

@@ -275,4 +275,10 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # Lookahead decoding's published setting for 7B models: 5-grams, a window of 7, 7 guesses.
     "lookahead": SamplerConfig(gen_length=256, block_length=16, policy="lookahead", level=5, window_size=7,
                                guess_set_size=7, stop_at_eos=True),
+    # Medusa-1 heads found beside the model (medusa_heads.safetensors): the published 63-node tree of
+    # 4 heads' top-10, greedy acceptance (exact); blockwise parallel decoding: the chain of their top-1.
+    "medusa": SamplerConfig(gen_length=256, policy="medusa", stop_at_eos=True),
+    "bpd": SamplerConfig(gen_length=256, policy="bpd", stop_at_eos=True),
+    # Token Recycling: a 64-node tree drafted from each row's table of every token's last top-8.
+    "token-recycling": SamplerConfig(gen_length=256, policy="token_recycling", stop_at_eos=True),
 }

@@ -17,10 +17,13 @@ fills).
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 
 from jaxdllm.decoding.layout import slice_window
+from jaxdllm.decoding.policies.draft_verify import Seen
 from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
@@ -50,17 +53,24 @@ class DraftCanvas:
         """KV slots per row: the canvas plus one layout past its end."""
         return lay.total + config.policy.layout(config.block_length).length
 
-    def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+    def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
         prefilled; rows with `valid [B]` False start done."""
         b = prompt.shape[0]
         draft, policy_state = config.policy.start(prompt, view.seg[:, :lay.prompt_len], config.gen_length,
                                                   config.block_length, key)
+        policy_state = config.policy.for_model(policy_state, model.config.vocab_size)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
         cache = model.init_cache(b, self.cache_slots(config, lay))
-        cache = model(prompt, view.positions[:, :lay.prompt_len], lay.mask(view.seg[:, :lay.prompt_len]), cache,
-                      logits_slice=(lay.prompt_len - 1, 1)).cache
+        lp = lay.prompt_len
+        reads_hidden = getattr(config.policy, "reads_hidden", False)
+        before = max(lp - 2, 0)  # the token before the last prompt token: what drafts the first step
+        out = model(prompt, view.positions[:, :lp], lay.mask(view.seg[:, :lp]), cache,
+                    logits_slice=(before, lp - before) if reads_hidden else (lp - 1, 1), return_hidden=reads_hidden)
+        cache = out.cache
+        if reads_hidden:
+            policy_state = config.policy.seed(policy_state, out.hidden[:, 0], policy_params, model.unembed)
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,
                                  max_trajectory=config.max_trajectory)
 
@@ -76,36 +86,53 @@ class DraftCanvas:
         last = jnp.take_along_axis(state.canvas, start[:, None], axis=1)[:, 0].astype(jnp.int32)
         current_pos = jnp.take_along_axis(view.positions, start[:, None], axis=1)            # [B, 1]
         draft = slice_window(state.canvas, first, w).astype(jnp.int32)     # past the end: clipped, never accepted
+        key = jax.random.fold_in(state.key, state.step)
         proposal = policy.propose(state.policy_state, last, draft)
-        ids = jnp.concatenate([last[:, None], proposal.lookahead, proposal.branches.reshape(b, -1)], 1)
+        parts = [last[:, None], proposal.lookahead, proposal.branches.reshape(b, -1)]
+        if shape.tree:
+            parts.append(proposal.nodes)
+        ids = jnp.concatenate(parts, 1).astype(jnp.int32)
         positions = current_pos + jnp.asarray(shape.position_offsets())[None]
         end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len, config.block_length), T)
         targets = first[:, None] + jnp.arange(w)
         candidates = (targets < end[:, None]) & slice_window(state.undecided, first, w) & ~state.done[:, None]
 
+        reads_hidden = getattr(policy, "reads_hidden", False)
+
         def row(ids, positions, start, cache):  # one row at its own cache offset
             one = _with_batch(cache, lambda x, axis: jnp.expand_dims(x, axis))
-            mask = lay.mask(jnp.ones((1, shape.length), jnp.int32), q_offset=start, kind="lookahead",
-                            prefix_len=start, window_shape=shape.window_shape())
-            out = model(ids[None], positions[None], mask, one)
-            return jnp.argmax(out.logits[0], axis=-1).astype(jnp.int32), _with_batch(out.cache, jnp.squeeze)
+            mask = lay.mask(jnp.ones((1, shape.length), jnp.int32), q_offset=start, **shape.mask_fields(start))
+            out = model(ids[None], positions[None], mask, one, return_hidden=reads_hidden)
+            hidden = out.hidden[0] if reads_hidden else None
+            return out.logits[0], hidden, _with_batch(out.cache, jnp.squeeze)
 
         axes = state.cache.batch_axes()
-        predicted, cache = jax.vmap(row, in_axes=(0, 0, 0, axes), out_axes=(0, axes))(ids, positions, start,
-                                                                                      state.cache)
-        branch_pred = predicted[:, 1 + e:].reshape(b, shape.branches, shape.branch_len)
-        predictions = jnp.concatenate([jnp.broadcast_to(predicted[:, None, :1], (b, shape.branches, 1)),
-                                       branch_pred], -1)                                 # [B, C, W]
-        verdict = policy.accept(predictions, proposal, candidates)
+        logits, hidden, cache = jax.vmap(row, in_axes=(0, 0, 0, axes), out_axes=(0, 0, axes))(
+            ids, positions, start, state.cache)
+        predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)                       # [B, length]
+        if shape.tree:
+            verdict = policy.accept(predicted, proposal, candidates, logits=logits, key=key,
+                                    temperature=config.temperature)
+        else:
+            branch_pred = predicted[:, 1 + e:].reshape(b, shape.branches, shape.branch_len)
+            predictions = jnp.concatenate([jnp.broadcast_to(predicted[:, None, :1], (b, shape.branches, 1)),
+                                           branch_pred], -1)                             # [B, C, W]
+            verdict = policy.accept(predictions, proposal, candidates)
         commit = verdict.commit
         if config.stop_at_eos:  # a window can reach its fixed point past an EOS: nothing after it counts
             eos = commit & (verdict.tokens == lay.eos_id)
             cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), w)
             commit = commit & (jnp.arange(w)[None] <= cut[:, None])
-        source = start + 1 + e + verdict.branch * shape.branch_len
-        cache = cache.move_slots(source, start + 1, shape.branch_len)
+        if shape.tree:  # the accepted path's K/V, gathered to the slots after the current token
+            cache = cache.gather_slots(start[:, None] + verdict.path, start + 1)
+        else:
+            source = start + 1 + e + verdict.branch * shape.branch_len
+            cache = cache.move_slots(source, start + 1, shape.branch_len)
         active = candidates.any(1)
-        policy_state = policy.update(state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens, active)
+        seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed, key)
+        learns = "seen" in inspect.signature(policy.update).parameters  # an older `update` takes no `seen`
+        policy_state = policy.update(state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens, active,
+                                     **({"seen": seen} if learns else {}))
         nfe = state.nfe + active.astype(jnp.int32)
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=policy_state),
                               first, commit, verdict.tokens, nfe,

@@ -34,7 +34,7 @@ def _decode(graphdef, params, prompt, seg_prompt, valid, key, params_state=None,
     policy_params = _merge(params_def, params_state)
     view = CanvasView.of(seg_prompt, config.gen_length, answer_start, lay.lead)
     with shd.use_rules(rules):
-        state = method.init(model, prompt, view, key, lay, config, valid)
+        state = method.init(model, prompt, view, key, lay, config, valid, policy_params)
         limit = method.max_steps(config, lay)
         return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < limit),
                                   lambda s: method.step(model, s, view, lay, config, policy_params), state)
@@ -49,12 +49,14 @@ def decode_to_export():
     return jax.jit(functools.partial(_decode), static_argnames=_STATIC)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "method", "lay", "config", "rules"))
-def init_step(graphdef, params, prompt, seg_prompt, valid, key, answer_start=None, *, method, lay, config, rules=()):
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def init_step(graphdef, params, prompt, seg_prompt, valid, key, params_state=None, answer_start=None, *, method, lay,
+              config, params_def=None, rules=()):
     """The initial `DecodeState` alone (the stepwise driver's first call)."""
     view = CanvasView.of(seg_prompt, config.gen_length, answer_start, lay.lead)
     with shd.use_rules(rules):
-        return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid)
+        return method.init(nnx.merge(graphdef, params), prompt, view, key, lay, config, valid,
+                           _merge(params_def, params_state))
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
@@ -70,8 +72,8 @@ def decode_stepwise(graphdef, params, prompt, seg_prompt, valid, key, params_sta
                     method, lay, config, params_def=None, rules=()):
     """The same decoding as `decode`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
-    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, answer_start, method=method, lay=lay,
-                      config=config, rules=rules)
+    state = init_step(graphdef, params, prompt, seg_prompt, valid, key, params_state, answer_start, method=method,
+                      lay=lay, config=config, params_def=params_def, rules=rules)
     limit = method.max_steps(config, lay)
     while not bool(jnp.all(state.done)) and int(state.step) < limit:
         state = one_step(graphdef, params, state, seg_prompt, params_state, answer_start, method=method, lay=lay,

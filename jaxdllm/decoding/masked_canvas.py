@@ -64,7 +64,7 @@ class MaskedCanvas:
         width = 2 * config.gen_length if lay is None else lay.decode_width
         return width + width // config.block_length * (1 + config.policy.extra_steps_per_block())
 
-    def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+    def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by G MASK (the answer: `view.answer`); rows with
         `valid [B]` False start done."""
         b, G = prompt.shape[0], config.gen_length

@@ -91,7 +91,7 @@ class UniformCanvas:
     def max_steps(self, config, lay=None) -> int:
         return config.num_blocks * config.policy.max_denoising_steps
 
-    def init(self, model, prompt, view, key, lay, config, valid) -> DecodeState:
+    def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """Encode `prompt [B, Lp]` into the cache and draw the first canvas; rows with `valid [B]`
         False start done."""
         b, lp = prompt.shape

@@ -80,6 +80,22 @@ class KVCache:
 
         return self.replace(k=jax.tree.map(move, self.k), v=jax.tree.map(move, self.v))
 
+    def gather_slots(self, source: jax.Array, dest: jax.Array) -> "KVCache":
+        """K/V with each row's slots `source [B, n]` (any order) copied to `dest .. dest + n` (`dest
+        [B]`; segment ids stay): a tree step keeps the accepted path's K/V where its tokens belong."""
+        n = source.shape[1]
+        if n == 0:
+            return self
+        axis = 1 if self.stacked else 0
+
+        def move(x):  # x: [.., B, S, ..] with the batch at `axis`; in a row the slots are at `axis`
+            def one(row, src, dst):
+                piece = jnp.take(row, src, axis=axis)
+                return jax.lax.dynamic_update_slice_in_dim(row, piece, dst, axis=axis)
+            return jax.vmap(one, in_axes=(axis, 0, 0), out_axes=axis)(x, source, dest)
+
+        return self.replace(k=jax.tree.map(move, self.k), v=jax.tree.map(move, self.v))
+
     def truncate(self, length: jax.Array | int) -> "KVCache":
         """Mark slots at index >= `length` (scalar or `[B]`) empty; their K/V become invisible."""
         length = jnp.asarray(length, jnp.int32)

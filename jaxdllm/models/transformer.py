@@ -41,11 +41,15 @@ class ForwardOutput(NamedTuple):
       router_loads: `[num_moe_layers, E]` int32, the rows each routed expert ran in this call,
         when asked for (`return_router_loads=True`) and the model has MoE layers; else `None`
         (a dense model has no routers, so it has no loads to report).
+      hidden: `[B, L or length, D]` the last layer's output after the final norm (what the LM
+        head reads, `Transformer.unembed`), at the logits' positions, when asked for
+        (`return_hidden=True`; heads that predict from it, e.g. Medusa's); else `None`.
     """
 
     logits: jax.Array
     cache: KVCache | None = None
     router_loads: jax.Array | None = None
+    hidden: jax.Array | None = None
 
 
 def stack_layers(blocks: list[Block]) -> Block:
@@ -129,7 +133,7 @@ class Transformer(nnx.Module):
                  logits_slice: tuple[jax.Array | int, int] | None = None,
                  return_router_loads: bool = False, *, encode: bool = False,
                  self_conditioning: jax.Array | None = None,
-                 self_conditioning_mask: jax.Array | None = None) -> ForwardOutput:
+                 self_conditioning_mask: jax.Array | None = None, return_hidden: bool = False) -> ForwardOutput:
         """Logits for `input_ids` (and the updated cache, and the router loads when asked for).
 
         Args:
@@ -150,11 +154,13 @@ class Transformer(nnx.Module):
             denoising step (None: the first step, a zero signal).
           self_conditioning_mask: `[B]` bool, rows whose `self_conditioning` is used (the others get
             the zero signal); default all.
+          return_hidden: fill `hidden [B, L or length, D]`, the final-normed hidden states at the
+            logits' positions.
 
         Returns:
-          A `ForwardOutput(logits, cache, router_loads)`, the same type for every flag combination:
-          `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) float32; `cache` the updated
-          cache, or `None` without one; `router_loads` as above, else `None`.
+          A `ForwardOutput(logits, cache, router_loads, hidden)`, the same type for every flag
+          combination: `logits [B, L, V]` (or `[B, length, V]` with `logits_slice`) float32; `cache`
+          the updated cache, or `None` without one; `router_loads` and `hidden` as above, else `None`.
         """
         with_loads = return_router_loads and self.config.experts is not None
         if (encode or self_conditioning is not None) and self.config.gemma4 is None:
@@ -164,6 +170,7 @@ class Transformer(nnx.Module):
             out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads, gemma)
         else:
             out = self._forward(input_ids, positions, attention, cache, logits_slice, **gemma)
+        out = out if return_hidden else out._replace(hidden=None)
         return out if with_loads else out._replace(router_loads=None)
 
     def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads, gemma):
@@ -184,12 +191,14 @@ class Transformer(nnx.Module):
             return out if with_loads else out._replace(router_loads=None)
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
+        d = self.config.embed_dim
         kv = lambda x: spec(("layers", "batch", "length", "kv_heads", "head_dim")[-x.ndim:], x.shape)
         out = ForwardOutput(
             logits=spec(("batch", "length", "vocab"), (b, length, self.config.vocab_size)),
             cache=None if cache is None else KVCache(k=jax.tree.map(kv, cache.k), v=jax.tree.map(kv, cache.v),
                                                      segment_ids=spec(("batch", "length"), cache.segment_ids.shape)),
-            router_loads=jax.sharding.PartitionSpec() if with_loads else None)  # loads: replicated
+            router_loads=jax.sharding.PartitionSpec() if with_loads else None,  # loads: replicated
+            hidden=spec(("batch", "length", "embed"), (b, length, d)))
         return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start,
                                                               gemma["self_conditioning"],
                                                               gemma["self_conditioning_mask"])
@@ -223,17 +232,23 @@ class Transformer(nnx.Module):
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
         x = self.final_norm(x)
+        logits = self.unembed(x)
+        new_cache = None if cache is None else KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
+        return ForwardOutput(logits, new_cache, loads, x)
+
+    def unembed(self, hidden: jax.Array) -> jax.Array:
+        """The LM head: float32 logits `[..., L, V]` of final-normed `hidden [..., L, D]` (the
+        checkpoint's head or the tied embedding, int8 dequantised, Gemma 4's final softcap)."""
+        c, dtype = self.config, self.options.jnp_dtype
         if self.lm_head_scale is not None:
             head = quantize.dequantize(self.lm_head[...], self.lm_head_scale[...], dtype)
         else:
             head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(dtype)
-        logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
+        logits = jnp.einsum("...ld,dv->...lv", hidden.astype(dtype), head, preferred_element_type=jnp.float32)
         if c.gemma4 is not None and c.gemma4.final_softcap is not None:
             cap = c.gemma4.final_softcap
             logits = cap * jnp.tanh(logits / cap)
-        logits = shd.constrain(logits, ("batch", "length", "vocab"))
-        new_cache = None if cache is None else KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
-        return ForwardOutput(logits, new_cache, loads)
+        return shd.constrain(logits, ("batch", "length", "vocab")) if logits.ndim == 3 else logits
 
     def _gemma4_input(self, x, encode, self_conditioning, self_conditioning_mask):
         """DiffusionGemma's input: embeddings times sqrt(D) (in the parameters' dtype); the denoiser

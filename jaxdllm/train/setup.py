@@ -108,6 +108,7 @@ class SplitModel:
     frozen_shardings: dict
     plain_graphdef: Any          # the model without adapters (export, `params_model`)
     plain_template: nnx.State
+    extra: bool = False          # an objective's own module rides along as `model.objective_module`
 
     def model(self, trainable: dict, frozen: dict) -> Transformer:
         """The model over these parameters (usable inside `jit`), adapters applied in the forward."""
@@ -125,13 +126,37 @@ class SplitModel:
         model = self.model(trainable, frozen)
         return _pure(nnx.state(merge_lora(model), nnx.Param))
 
+    def backbone_params(self, trainable: dict, frozen: dict) -> dict:
+        """The model's own parameters (no objective module), from a split without LoRA."""
+        full = {**frozen, **trainable}
+        full.pop(OBJECTIVE_MODULE, None)
+        return full
 
-def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed: int = 0) -> SplitModel:
-    """Attach LoRA adapters when enabled, split the model and place both parts on `mesh`."""
+    def extra_module(self, trainable: dict, frozen: dict) -> nnx.Module | None:
+        """The objective's own module over these parameters (None when it has none)."""
+        return getattr(self.model(trainable, frozen), OBJECTIVE_MODULE) if self.extra else None
+
+
+OBJECTIVE_MODULE = "objective_module"
+
+
+def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed: int = 0,
+                       extra: nnx.Module | None = None, freeze_backbone: bool = False) -> SplitModel:
+    """Attach LoRA adapters when enabled, split the model and place both parts on `mesh`.
+
+    `extra`: an objective's own module (e.g. Medusa heads), attached as `model.objective_module`
+    and trained with the model, or alone on a frozen model with `freeze_backbone`."""
     abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
     plain_graphdef, plain_state = nnx.split(model)
     plain_template = abstract(plain_state)
-    if lora.enabled:
+    if extra is not None:
+        if lora.enabled:
+            raise ConfigError("an objective with its own module (e.g. 'medusa') trains without [lora]; "
+                              "remove the [lora] section")
+        setattr(model, OBJECTIVE_MODULE, extra)
+    if extra is not None and freeze_backbone:
+        graphdef, trainable, frozen = nnx.split(model, nnx.PathContains(OBJECTIVE_MODULE), ...)
+    elif lora.enabled:
         add_lora(model, lora.rank, lora.alpha, lora.targets,
                  key=jax.random.fold_in(jax.random.key(seed), _LORA_SEED_SALT))
         graphdef, trainable, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
@@ -143,7 +168,7 @@ def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed
     return SplitModel(graphdef=graphdef, trainable_template=abstract(trainable), frozen_template=abstract(frozen),
                       trainable=_placed(_pure(trainable), t_shard), frozen=_placed(_pure(frozen), f_shard),
                       trainable_shardings=t_shard, frozen_shardings=f_shard, plain_graphdef=plain_graphdef,
-                      plain_template=plain_template)
+                      plain_template=plain_template, extra=extra is not None)
 
 
 def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformation, Callable[[int], Any]]:

@@ -12,7 +12,7 @@ from jaxdllm.data import BATCH_KEYS
 from jaxdllm.sharding import batch_sharding
 from jaxdllm.train.expert_balance import load_metrics, update_expert_bias
 from jaxdllm.train.objectives import Objective, Views
-from jaxdllm.train.setup import SplitModel
+from jaxdllm.train.setup import OBJECTIVE_MODULE, SplitModel
 
 
 def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientTransformation, opt_shardings, mesh,
@@ -38,7 +38,8 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
         def student(tokens, positions, mask):
             return forward(tokens, positions, mask).logits
 
-        views = Views(student=student, config=model.config, forward=forward, init_cache=model.init_cache)
+        views = Views(student=student, config=model.config, forward=forward, init_cache=model.init_cache,
+                      unembed=model.unembed, extra=getattr(model, OBJECTIVE_MODULE, None))
         loss, metrics = objective(views, micro, key)
         return loss, (metrics, sum(loads) if loads else jnp.zeros((), jnp.int32))  # dense: a scalar placeholder
 

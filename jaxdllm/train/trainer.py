@@ -84,14 +84,16 @@ class Trainer:
         with jax.set_mesh(self.mesh):
             model = setup.init_model(config, self.tokenizer, self.mesh)
             self.model_config, self.run_options = model.config, model.options
-            self.split = setup.split_for_training(model, config.lora, self.mesh, seed=config.train.seed)
+            self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
+            self.split = setup.split_for_training(model, config.lora, self.mesh, seed=config.train.seed,
+                                                  extra=self.objective.extra_module(self.model_config),
+                                                  freeze_backbone=self.objective.freezes_backbone)
             self.trainable, self.frozen = self.split.trainable, self.split.frozen
             del model
             self.tx, self.schedule = setup.make_optimizer(config.optim, config.train.steps)
             self.opt_state, self._opt_shardings = setup.init_optimizer(self.tx, self.trainable, self.mesh)
         self.step = 0
 
-        self.objective = make_objective(config.objective.kind, config.objective.settings, self.model_config)
         self.batch_config = setup.batch_config_for(config, self.model_config)
         self.batches = setup.make_batches(config, self.tokenizer, self.objective, model_config=self.model_config)
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
@@ -123,7 +125,13 @@ class Trainer:
         if self.config.lora.enabled:
             with jax.set_mesh(self.mesh):
                 return self.split.merged_params(self.trainable, self.frozen)
+        if self.split.extra:
+            return self.split.backbone_params(self.trainable, self.frozen)
         return self.trainable
+
+    def extra_module(self):
+        """The objective's own trained module (e.g. Medusa heads), or None."""
+        return self.split.extra_module(self.trainable, self.frozen)
 
     # -- running ---------------------------------------------------------------------------
     def _device_batch(self, batch: dict) -> dict:
@@ -301,6 +309,10 @@ class Trainer:
             defaults = self.config.checkpoint.sampler or sampler_defaults(self.model_config, self.config.data.seq_len)
             if defaults:
                 (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))
+        extra = self.extra_module()
+        if extra is not None and jax.process_index() == 0:  # beside the weights, where its preset looks
+            self.objective.save_extra(extra, out, model=str(self.config.model.init_from or "from scratch"),
+                                      steps=self.step)
         copied = Path(out) / SAMPLER_DEFAULTS_FILE
         if copy_from is not None and jax.process_index() == 0 and (copied.is_file() or self.config.checkpoint.sampler):
             settings = json.loads(copied.read_text()) if copied.is_file() else {}

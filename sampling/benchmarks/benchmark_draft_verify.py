@@ -6,10 +6,15 @@ Samplers (all greedy and exact: each gives AR's tokens, which the script checks 
   jacobi-forcing        the `jacobi-forcing` preset at n = 16 (multi-block + rejection recycling)
   lookahead             Lookahead decoding's published 7B setting (N 5, W 7, G 7)
   lookahead+prompt      the same with the pool seeded from the prompt (`pool_from_prompt`)
+  medusa                the `medusa` preset: the published 63-node tree over the model's Medusa heads
+  bpd                   blockwise parallel decoding on the same heads (a chain of their top-1)
+  token-recycling       the `token-recycling` preset (a 64-node tree from each row's top-8 table)
+
+Medusa and BPD run where the model has heads beside it (`medusa_heads.safetensors`).
 
 For each model and task: answer tokens per forward over `--n-prompts` held-out prompts per task
 (decoded as one batch per task group), and tokens/s of the whole decoding at batch 1 (one prompt
-per task, one call each, compiled beforehand) and over a batch of every group's prompts.
+per task, one call each, compiled beforehand) and at batch 8 (the group's prompts in calls of 8).
 
     python -m sampling.benchmarks.benchmark_draft_verify --out sampling/results/draft_verify_cpu
 """
@@ -29,6 +34,7 @@ from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
+from jaxdllm.models.medusa import HEADS_FILE
 from jaxdllm.tokenizer import Tokenizer, answer_length
 from sampling.benchmarks.report import write_report
 from sampling.benchmarks.timing import timed
@@ -44,7 +50,10 @@ def samplers() -> dict[str, SamplerConfig]:
             "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=N),
             "jacobi-forcing": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=N),
             "lookahead": SamplerConfig.preset("lookahead", gen_length=g),
-            "lookahead+prompt": SamplerConfig.preset("lookahead", gen_length=g, pool_from_prompt=True)}
+            "lookahead+prompt": SamplerConfig.preset("lookahead", gen_length=g, pool_from_prompt=True),
+            "medusa": SamplerConfig.preset("medusa", gen_length=g),
+            "bpd": SamplerConfig.preset("bpd", gen_length=g),
+            "token-recycling": SamplerConfig.preset("token-recycling", gen_length=g)}
 
 
 def answers(tokens: np.ndarray, width: int, eos: int) -> list[list[int]]:
@@ -63,12 +72,19 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
         singles = [next(i for i, e in enumerate(examples) if e.task == t) for t in tasks]
         reference = None
         for name, config in samplers().items():
-            batch = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats=repeats)
-            batch_s, res = batch.min_s, batch.out  # the warm-up call compiles
+            if config.policy.needs_params and not (model_dir / HEADS_FILE).is_file():
+                continue  # no heads beside this model
+            params = jaxdllm.policy_params(model_dir, config)
+            run = lambda lo, hi: jaxdllm.generate(model, ids[lo:hi], config, attention_mask=mask[lo:hi],  # noqa: E731
+                                                  policy_params=params)
+            res = run(0, len(ids))  # every prompt of the group: the tokens and forwards
             got = answers(np.asarray(res.tokens), width, eos)
             reference = got if name == "ar" else reference
-            one = [lambda i=i: jaxdllm.generate(model, ids[i:i + 1], config, attention_mask=mask[i:i + 1])
-                   for i in singles]
+            chunks = [(lo, lo + 8) for lo in range(0, len(ids) - 7, 8)]
+            # calls of 8 prompts (the warm-up compiles the batch-8 program)
+            batch_s = timed(lambda: [run(lo, hi) for lo, hi in chunks], repeats=repeats).min_s
+            batch_tokens = sum(len(got[i]) for lo, hi in chunks for i in range(lo, hi))
+            one = [lambda i=i: run(i, i + 1) for i in singles]
             # one call per prompt, all prompts per sample (the warm-up compiles the batch-1 program)
             single_s = timed(lambda: [f() for f in one], repeats=repeats).min_s
             single_tokens = sum(len(got[i]) for i in singles)
@@ -83,7 +99,7 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
             out.append(dict(model=model_dir.name, tasks=group, sampler=name, rows=len(examples),
                             tokens_per_forward=tokens / float(nfe.sum()), per_task=per_task,
                             tokens_fed_per_forward=_fed(config),
-                            batch_tok_s=tokens / batch_s, batch1_tok_s=single_tokens / single_s,
+                            batch8_tok_s=batch_tokens / batch_s, batch1_tok_s=single_tokens / single_s,
                             same_as_ar=sum(a == b for a, b in zip(got, reference)) / len(got)))
             print(json.dumps({k: v for k, v in out[-1].items() if k != "per_task"}), flush=True)
     return out
@@ -99,19 +115,19 @@ def plot(result: dict, path: Path) -> None:
 
     rows = result["rows"]
     models = sorted({r["model"] for r in rows})
-    names = list(samplers())
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    names = [n for n in samplers() if any(r["sampler"] == n for r in rows)]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     width = 0.8 / len(names)
     groups = [(m, g) for m in models for g in GROUPS]
     for k, name in enumerate(names):
-        pick = [next(r for r in rows if r["model"] == m and r["tasks"] == g and r["sampler"] == name) for m, g in groups]
+        pick = [next((r for r in rows if r["model"] == m and r["tasks"] == g and r["sampler"] == name), None)
+                for m, g in groups]
         x = np.arange(len(groups)) + k * width
-        axes[0].bar(x, [r["tokens_per_forward"] for r in pick], width, label=name)
-        axes[1].bar(x, [r["batch1_tok_s"] for r in pick], width, label=name)
-        axes[2].bar(x, [r["batch_tok_s"] for r in pick], width, label=name)
+        for ax, key in zip(axes, ("tokens_per_forward", "batch1_tok_s", "batch8_tok_s")):
+            ax.bar(x, [r[key] if r else 0.0 for r in pick], width, label=name)
     labels = [f"{m.replace('tasks-', '')}\n{g}" for m, g in groups]
     for ax, title in zip(axes, ("answer tokens per forward", "tokens/s, batch 1 (one call per prompt)",
-                                "tokens/s, every prompt of the group in one batch")):
+                                "tokens/s, batch 8")):
         ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, labels, fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)

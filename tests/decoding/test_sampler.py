@@ -52,9 +52,23 @@ POLICY_SETUP = {
     "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},
     "jacobi": {"model": "causal"},
     "lookahead": {"model": "causal"},
+    "medusa": {"model": "causal", "params": lambda: random_heads(4, 64)},
+    "bpd": {"model": "causal", "params": lambda: random_heads(4, 64)},
+    "token_recycling": {"model": "causal"},
     # uniform-noise canvases of the model's 8 tokens, at most 3 denoising steps each
     "diffusiongemma": {"model": "diffusiongemma", "config": {"block_length": 8, "max_denoising_steps": 3}},
 }
+
+
+def random_heads(num_heads, width, seed=0):
+    """Medusa heads with random weights (trained heads start at zero: every head the model's own)."""
+    from jaxdllm.models.medusa import MedusaHeads
+
+    heads = MedusaHeads(num_heads, width)
+    keys = jax.random.split(jax.random.PRNGKey(seed), 2)
+    heads.kernel.set_value(0.3 * jax.random.normal(keys[0], heads.kernel.get_value().shape))
+    heads.bias.set_value(0.3 * jax.random.normal(keys[1], heads.bias.get_value().shape))
+    return heads
 
 
 @pytest.fixture(scope="module")

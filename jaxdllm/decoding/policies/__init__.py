@@ -15,10 +15,13 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `token_editing` | LLaDA2.1 | threshold commits + re-deciding committed tokens of the block |
 | `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
+| `medusa`, `bpd` | Medusa, blockwise parallel decoding | a tree of trained heads' top-k (BPD: a top-1 chain), greedy or typical acceptance |
+| `token_recycling` | Token Recycling | a tree from a table of each token's last top-k successors |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
-`jacobi` and `lookahead` are draft-and-verify policies (`draft_verify.DraftVerifyPolicy`): a new
-one is one module defining `layout`, `start`, `propose` (and optionally `accept`, `update`).
+`jacobi`, `lookahead`, `medusa`, `bpd` and `token_recycling` are draft-and-verify policies
+(`draft_verify.DraftVerifyPolicy`): a new one is one module defining `layout`, `start`, `propose`
+(and optionally `accept`, `update`); a token-tree one derives from `draft_verify.TreeDraftPolicy`.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
 from jaxdllm.decoding.policies.lookahead import Lookahead
+from jaxdllm.decoding.policies.medusa import Bpd, Medusa
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
 from jaxdllm.decoding.policies.threshold import Threshold
 from jaxdllm.decoding.policies.token_editing import TokenEditing
+from jaxdllm.decoding.policies.token_recycling import TokenRecycling
 from jaxdllm.registry import Registry
 
 POLICIES: Registry[Policy] = Registry("policy")
@@ -47,12 +52,12 @@ register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(p
 policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
-             Lookahead, TokenEditing, DiffusionGemma):
+             Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling):
     register_policy(_cls)
 
 
 __all__ = ["Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
-           "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
+           "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "Medusa", "Bpd", "TokenRecycling", "POLICIES", "Policy", "Prophet",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
            "token_confidence", "token_entropy"]

@@ -109,7 +109,7 @@ class Jacobi(DraftVerifyPolicy):
             branches, valid = jnp.concatenate([branches, pooled[..., :-1]], 1), jnp.concatenate([valid, ok], 1)
         return Proposal(jnp.zeros((draft.shape[0], 0), jnp.int32), branches, valid)
 
-    def update(self, state, last, proposal, lookahead_predictions, tokens, active):
+    def update(self, state, last, proposal, lookahead_predictions, tokens, active, seen=None):
         """With recycling: this window's greedy output (verified prefix, rejected tail), keyed by
         the token before it, joins the pool."""
         return self.remember(state, last, tokens, active) if self.recycle else state

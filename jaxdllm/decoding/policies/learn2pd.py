@@ -14,17 +14,15 @@ the model it was trained for (`learn2pd_filter.safetensors`), where `load_filter
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from jaxdllm.decoding.policies.base import Commit, ConfidencePolicy, in_unit_interval, rank_among, scheduled_count
-from jaxdllm.checkpoint.hf_io import SIDE_FILE_METADATA
-from jaxdllm.errors import CheckpointError, ConfigError
+from jaxdllm.checkpoint.side_files import load_module, read_facts, save_module, side_file_path
+from jaxdllm.errors import ConfigError
 
 FILTER_FILE = "learn2pd_filter.safetensors"
 
@@ -44,54 +42,25 @@ class Learn2PDFilter(nnx.Module):
         return self.out(jax.nn.relu(self.hidden(top1_probs)))
 
 
-def _filter_path(path) -> Path:
-    path = Path(path)
-    return path / FILTER_FILE if path.is_dir() else path
-
-
 def save_filter(module: Learn2PDFilter, path, **facts) -> Path:
     """Write `module` as safetensors to `path` (a model folder: `learn2pd_filter.safetensors` in it);
     `facts` (JSON-able: the model it belongs to, how it was trained) go in the file's metadata."""
-    from safetensors.numpy import save_file
-
-    tensors = {"/".join(map(str, k)): np.asarray(v.get_value())
-               for k, v in nnx.to_flat_state(nnx.state(module, nnx.Param))}
     meta = {"block_length": module.block_length, "hidden": module.hidden_size, **facts}
-    target = _filter_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(target), metadata={"learn2pd": json.dumps(meta), SIDE_FILE_METADATA: "learn2pd filter"})
-    return target
+    return save_module(module, side_file_path(path, FILTER_FILE), "learn2pd", meta, "learn2pd filter")
 
 
 def filter_facts(path) -> dict:
     """The metadata `save_filter` wrote (`block_length`, `hidden`, and the facts given)."""
-    from safetensors import safe_open
-
-    target = _filter_path(path)
-    if not target.is_file():
-        raise CheckpointError(f"no Learn2PD filter at {target}: train one with `jaxdllm distill learn2pd`")
-    with safe_open(str(target), "np") as f:
-        raw = (f.metadata() or {}).get("learn2pd")
-    if raw is None:
-        raise CheckpointError(f"{target} is not a Learn2PD filter (no 'learn2pd' metadata)")
-    return json.loads(raw)
+    target = side_file_path(path, FILTER_FILE)
+    return read_facts(target, "learn2pd", f"Learn2PD filter at {target}: train one with `jaxdllm distill learn2pd`")
 
 
 def load_filter(path) -> Learn2PDFilter:
     """The filter in `path` (a model folder holding `learn2pd_filter.safetensors`, or the file)."""
-    from safetensors.numpy import load_file
-
     facts = filter_facts(path)
-    module = Learn2PDFilter(facts["block_length"], facts["hidden"], rngs=nnx.Rngs(0))
-    tensors = load_file(str(_filter_path(path)))
-    state = nnx.state(module, nnx.Param)
-    flat = dict(nnx.to_flat_state(state))
-    if set(tensors) != {"/".join(map(str, k)) for k in flat}:
-        raise CheckpointError(f"{_filter_path(path)}: tensors {sorted(tensors)} do not match a filter of "
-                              f"block_length {facts['block_length']}, hidden {facts['hidden']}")
-    for key, var in flat.items():  # the state's variables are the module's own
-        var.set_value(jnp.asarray(tensors["/".join(map(str, key))]))
-    return module
+    return load_module(side_file_path(path, FILTER_FILE),
+                       lambda: Learn2PDFilter(facts["block_length"], facts["hidden"], rngs=nnx.Rngs(0)),
+                       f"a filter of block_length {facts['block_length']}, hidden {facts['hidden']}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,7 +91,7 @@ class Lookahead(DraftVerifyPolicy):
         branches = jnp.take_along_axis(state["grams"], index[..., None], axis=1)
         return Proposal(state["levels"].reshape(b, -1), branches, best > 0)
 
-    def update(self, state, last, proposal, lookahead_predictions, tokens, active):
+    def update(self, state, last, proposal, lookahead_predictions, tokens, active, seen=None):
         b, n, w = state["levels"].shape
         levels = state["levels"]
         new = lookahead_predictions.reshape(b, n, w)[:, -1]                           # the next level

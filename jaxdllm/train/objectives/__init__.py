@@ -15,13 +15,15 @@ from jaxdllm.train.objectives.causal_lm import CausalLM
 from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
 from jaxdllm.train.objectives.jacobi_forcing import Cllm, JacobiForcing
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
+from jaxdllm.train.objectives.medusa import MedusaObjective
 from jaxdllm.train.objectives.uniform_block_diffusion import UniformBlockDiffusion
 
 OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
 register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective] kind = cls.name
 objective_class = OBJECTIVES.lookup
 
-for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion):
+for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion,
+             MedusaObjective):
     register_objective(_cls)
 
 

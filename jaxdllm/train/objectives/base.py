@@ -19,7 +19,7 @@ row or of a packed example). Every objective scores only tokens with a predictor
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +44,17 @@ class Views:
         **kwargs) -> ForwardOutput` (a cache, DiffusionGemma's `encode=` / `self_conditioning=`),
         for objectives that need more than the logits.
       init_cache: the trained model's `init_cache(batch_size, max_length)`.
+      unembed: the trained model's LM head, `unembed(hidden [..., L, D]) -> logits [..., L, V]`.
+      extra: the objective's own module (`Objective.extra_module`, e.g. Medusa heads), trained
+        with the model or alone; None for objectives without one.
     """
 
     student: Apply
     config: ModelConfig
     forward: Callable | None = None
     init_cache: Callable | None = None
+    unembed: Callable | None = None
+    extra: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +89,19 @@ class Objective(Settings):
 
     def check(self, config: ModelConfig) -> None:
         """Raise `ConfigError` if this objective cannot train a model of `config` (before compiling)."""
+
+    def extra_module(self, config: ModelConfig):
+        """A module of the objective's own that trains beside the model (`Views.extra`; e.g. Medusa
+        heads), or None (default)."""
+        return None
+
+    @property
+    def freezes_backbone(self) -> bool:
+        """Only `extra_module` trains; the model's own parameters stay as loaded."""
+        return False
+
+    def save_extra(self, module, directory, **facts) -> None:
+        """Write the trained `extra_module` beside an exported model in `directory`."""
 
     def __call__(self, views: Views, batch: dict, key: jax.Array) -> tuple[jax.Array, dict]:
         raise NotImplementedError
