@@ -279,6 +279,6 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # 4 heads' top-10, greedy acceptance (exact); blockwise parallel decoding: the chain of their top-1.
     "medusa": SamplerConfig(gen_length=256, policy="medusa", stop_at_eos=True),
     "bpd": SamplerConfig(gen_length=256, policy="bpd", stop_at_eos=True),
-    # Token Recycling: a 64-node tree drafted from each row's table of every token's last top-8.
+    # Token Recycling: the published 80-node tree drafted from each row's table of every token's last top-8.
     "token-recycling": SamplerConfig(gen_length=256, policy="token_recycling", stop_at_eos=True),
 }

@@ -55,6 +55,16 @@ def chain(depth: int) -> tuple[tuple[int, ...], ...]:
     return tuple((0,) * d for d in range(1, depth + 1))
 
 
+def check_choices(choices, policy: str) -> None:
+    """Raise `ConfigError` unless `choices` is a tree of rank paths (every path's parent present)."""
+    if (not isinstance(choices, tuple) or not choices
+            or any(not isinstance(c, tuple) or not c or any(not isinstance(r, int) or r < 0 for r in c)
+                   for c in choices)):
+        raise ConfigError(f"choices must be a non-empty tuple of paths, each a non-empty tuple of ranks >= 0, got "
+                          f"{choices!r} (policy {policy!r})")
+    choices_tree(choices)
+
+
 def choices_tree(choices) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """`(parents, depth, rank)` of a tree given as paths of ranks, sorted by (length, path) as
     published: `parents` the `TreeDraftPolicy` tuple (-1 under the current token), `depth [N]`
@@ -90,12 +100,7 @@ class Medusa(TreeDraftPolicy):
                               "set temperature = 0, or acceptance='typical' to sample")
         if self.acceptance == "typical" and config.temperature <= 0:
             raise ConfigError("typical acceptance samples at temperature > 0; at temperature 0 use acceptance='greedy'")
-        if (not isinstance(self.choices, tuple) or not self.choices
-                or any(not isinstance(c, tuple) or not c or any(not isinstance(r, int) or r < 0 for r in c)
-                       for c in self.choices)):
-            raise ConfigError("choices must be a non-empty tuple of paths, each a non-empty tuple of ranks >= 0, "
-                              f"got {self.choices!r}")
-        choices_tree(self.choices)
+        check_choices(self.choices, self.name)
 
     def tree_parents(self):
         return choices_tree(self.choices)[0]

@@ -9,64 +9,63 @@ static tree from the current token by breadth-first expansion through the table 
 r under its parent is `table[parent token, r]`) and verifies it in one forward under a tree mask
 (`TreeDraftPolicy`, greedy: the output equals greedy decoding token for token).
 
-The tree (`recycling_tree`): the `nodes` paths of ranks with the largest prior `prod 1/(1 + r)`,
-depth at most `max_depth`, ranks below `k`; ties by (depth, path). The table starts at zeros,
-so a row's first steps draft little until its forwards have filled it. Per row: a row's output
-and forwards do not depend on its batch. State size: `B * V * k` int32 (151,936 x 8 x 4 bytes =
+The tree is the published template (`TR_TEMPLATE_80`: 80 nodes, up to 6 deep, ranks below k = 8;
+a node is a path of ranks, breadth-first from the current token). The table starts at zeros, so
+a row's first steps draft little until its forwards have filled it (the published code keeps
+its table across generations; here it lives in one generation's carry, per row, so a row's
+output and forwards do not depend on its batch). State size: `B * V * k` int32 (151,936 x 8 x 4 bytes =
 4.9 MB per row for Qwen2.5's vocabulary).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 import jax
 import jax.numpy as jnp
 
 from jaxdllm.decoding.policies.draft_verify import Proposal, TreeDraftPolicy
-from jaxdllm.decoding.policies.medusa import choices_tree
-from jaxdllm.errors import ConfigError
+from jaxdllm.decoding.policies.medusa import check_choices, choices_tree
 
 
-def recycling_tree(nodes: int, k: int, max_depth: int) -> tuple[tuple[int, ...], ...]:
-    """The `nodes` rank paths of largest prior `prod_j 1 / (1 + r_j)` (depth <= `max_depth`, ranks
-    < `k`), a tree by construction (a path's prefix has a larger prior). Ties: shallower first,
-    then by path."""
-    heap = [(-1.0 / (1 + r), 1, (r,)) for r in range(k)]
-    heapq.heapify(heap)
-    out = []
-    while heap and len(out) < nodes:
-        score, depth, path = heapq.heappop(heap)
-        out.append(path)
-        if depth < max_depth:
-            for r in range(k):
-                heapq.heappush(heap, (score / (1 + r), depth + 1, path + (r,)))
-    return tuple(out)
+def _template():
+    """The published tree template (version 2.2.2 of the authors' code): 80 nodes, 6 deep, ranks < 8."""
+    return (
+        (0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,),
+        (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (0, 6), (0, 7), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1),
+        (2, 2), (3, 0), (3, 1), (4, 0), (5, 0), (6, 0), (7, 0),
+        (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 0, 3), (0, 0, 4), (0, 0, 5), (0, 0, 6), (0, 0, 7), (0, 1, 0), (0, 1, 1),
+        (0, 1, 2), (0, 2, 0), (0, 2, 1), (0, 3, 0), (0, 4, 0), (0, 5, 0), (0, 6, 0), (0, 7, 0), (1, 0, 0), (1, 0, 1),
+        (1, 1, 0), (2, 0, 0), (3, 0, 0), (4, 0, 0), (5, 0, 0),
+        (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 3), (0, 0, 0, 4), (0, 0, 1, 0), (0, 0, 1, 1), (0, 0, 2, 0),
+        (0, 0, 3, 0), (0, 0, 4, 0), (0, 1, 0, 0), (0, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0),
+        (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 0, 2), (0, 0, 0, 1, 0), (0, 0, 0, 2, 0), (0, 0, 1, 0, 0),
+        (0, 1, 0, 0, 0), (1, 0, 0, 0, 0),
+        (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 1, 0, 0))
+
+
+# The published tree template: 80 nodes, 6 deep, ranks below 8 (the table's k).
+TR_TEMPLATE_80 = _template()
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenRecycling(TreeDraftPolicy):
-    """`k` candidates per token in the table, a draft tree of `nodes` nodes at most `max_depth`
-    deep. See the module docstring."""
+    """`choices`: the draft tree as paths of table ranks (default the published `TR_TEMPLATE_80`);
+    the table keeps `k = max rank + 1` tokens per row. See the module docstring."""
 
-    k: int = 8
-    nodes: int = 64
-    max_depth: int = 6
+    choices: tuple = TR_TEMPLATE_80
     name = "token_recycling"
 
     def check(self, config):
         super().check(config)
-        for field, low in (("k", 1), ("nodes", 1), ("max_depth", 1)):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"{field} must be an integer >= {low}, got {value!r} (policy {self.name!r})")
+        check_choices(self.choices, self.name)
 
-    def choices(self):
-        return recycling_tree(self.nodes, self.k, self.max_depth)
+    @property
+    def k(self) -> int:
+        return max(max(c) for c in self.choices) + 1
 
     def tree_parents(self):
-        return choices_tree(self.choices())[0]
+        return choices_tree(self.choices)[0]
 
     def start(self, prompt, seg, gen_length, block_length, key):
         b = prompt.shape[0]
@@ -77,7 +76,7 @@ class TokenRecycling(TreeDraftPolicy):
         return jnp.zeros((state.shape[0], vocab_size, self.k), jnp.int32)
 
     def propose(self, state, last, draft):
-        parents, _, rank = choices_tree(self.choices())
+        parents, _, rank = choices_tree(self.choices)
         rows = jnp.arange(last.shape[0])
         tokens = []
         for i, parent in enumerate(parents):  # parents come first: breadth-first through the table
@@ -92,7 +91,8 @@ class TokenRecycling(TreeDraftPolicy):
         top = jax.lax.top_k(seen.logits, self.k)[1].astype(jnp.int32)                    # [B, L, k]
 
         def one(table, ids, top, on):
-            new = table.at[ids].set(top)  # duplicates: XLA keeps one of them
+            later = jnp.triu(ids[:, None] == ids[None, :], k=1).any(1)   # the same token fed again later
+            new = table.at[jnp.where(later, table.shape[0], ids)].set(top, mode="drop")  # the latest one wins
             return jnp.where(on, new, table)
 
         return jax.vmap(one)(state, seen.ids, top, active)
