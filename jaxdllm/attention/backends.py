@@ -40,10 +40,11 @@ _BACKENDS: dict[str, Backend] = {}
 # NVIDIA GPU, impl="auto": the backend per mask kind, from the H100 measurements in
 # sampling/results/attention_benchmark_h100.json (which tests/attention/test_attention_backends.py reads to
 # check this table): cuDNN is faster on dense and causal masks; the tile kernel is faster where it
-# skips most tiles (block diffusion, Jacobi Forcing). Block-causal was not measured; it is
-# structured like them.
+# skips most tiles (block diffusion, Jacobi Forcing). Block-causal and tree (drafts over a cache:
+# most key tiles past the prefix are empty) were not measured; they are structured like them, and
+# cuDNN cannot express them.
 GPU_AUTO: dict[str, str] = {"bidirectional": "cudnn", "causal": "cudnn", "block_causal": "pallas",
-                            "block_diffusion": "pallas", "jacobi_forcing": "pallas"}
+                            "block_diffusion": "pallas", "jacobi_forcing": "pallas", "tree": "pallas"}
 
 
 def cudnn_can_run(mask: MaskSpec, q: jax.Array, k: jax.Array) -> bool:

@@ -53,6 +53,7 @@ padding keys, so their rows stay finite.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Literal
 
 import jax
@@ -82,7 +83,7 @@ class MaskSpec:
       q_offset: physical index of the first query in the key sequence; int or traced int32
         scalar (a sampler step over a cache).
       prefix_len: prompt length for `jacobi_forcing` and `denoise_canvas`, the window's first index
-        for `lookahead`; int, scalar or `[B]` int32.
+        for `lookahead`, the first node's first index for `tree`; int, scalar or `[B]` int32.
       window_shape: `(levels, width, branch_len)` of the `lookahead` layout (static).
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
@@ -192,10 +193,14 @@ class MaskSpec:
     def _tree_visible(self, q_idx, k_idx):
         n, size = len(self.tree), self.block_size or 1
         rq, rk = q_idx - self.prefix_len, k_idx - self.prefix_len
-        q_node, k_node = rq // size, rk // size
+        q_node, k_node = (rq, rk) if size == 1 else (rq // size, rk // size)
         in_q, in_k = (rq >= 0) & (q_node < n), (rk >= 0) & (k_node < n)
-        table = jnp.asarray(tree_ancestry(self.tree))             # [n, n]: row a, column b: b is a or above a
-        related = table[jnp.clip(q_node, 0, n - 1), jnp.clip(k_node, 0, n - 1)]
+        # k's node is q's or an ancestor of it iff q's node lies in k's subtree, an interval of the
+        # depth-first preorder; the static per-node numbers are selected by comparisons, not
+        # gathered from a table, so a kernel evaluates this on a tile's indices (Triton, Mosaic).
+        start, end = tree_preorder(self.tree)
+        q_pre = _select_static(start, q_node)
+        related = (_select_static(start, k_node) <= q_pre) & (q_pre < _select_static(end, k_node))
         return ((rk < 0) & ((rq >= 0) | (k_idx <= q_idx))) | (in_q & in_k & related)
 
     def _block_diffusion_visible(self, q_idx, k_idx, n):
@@ -270,6 +275,44 @@ def tree_ancestry(parents: tuple[int, ...]) -> np.ndarray:
         if p >= 0:
             table[i] |= table[p]
     return table
+
+
+@functools.lru_cache(maxsize=256)
+def tree_preorder(parents: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`(start, end)`: node i's subtree is the preorder interval `[start[i], end[i])` of a depth-first
+    walk (children in index order, roots too), so node b is node a or one of its ancestors iff
+    `start[b] <= start[a] < end[b]`."""
+    n = len(parents)
+    children = [[] for _ in range(n)]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            children[p].append(i)
+    start, end, counter = [0] * n, [0] * n, 0
+    stack = [(i, False) for i in reversed(range(n)) if parents[i] < 0]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            end[node] = counter
+            continue
+        start[node], counter = counter, counter + 1
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(children[node]))
+    return tuple(start), tuple(end)
+
+
+def _select_static(values: tuple[int, ...], idx):
+    """`values[idx]` for `0 <= idx < len(values)` (anything elsewhere), elementwise on an int array: a
+    chain of compare-and-selects over the static `values`, one per run of equal or consecutive values."""
+    out, i, n = None, 0, len(values)
+    while i < n:
+        step = 1 if i + 1 < n and values[i + 1] == values[i] + 1 else 0
+        j = i + 1
+        while j < n and values[j] == values[j - 1] + step:
+            j += 1
+        piece = idx + (values[i] - i) if step else jnp.zeros_like(idx) + values[i]
+        out = piece if out is None else jnp.where(idx >= i, piece, out)
+        i = j
+    return out
 
 
 def tree_depths(parents: tuple[int, ...]) -> np.ndarray:

@@ -44,7 +44,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ke
 from jax.sharding import PartitionSpec
 
 from jaxdllm import sharding as shd
-from jaxdllm.attention.mask import MaskSpec
+from jaxdllm.attention.mask import _PER_ROW_PREFIX, MaskSpec
 from jaxdllm.attention.platform import target_platform
 from jaxdllm.attention.reference import xla_attention
 
@@ -78,16 +78,18 @@ def _rule(mask: MaskSpec, q_idx: jax.Array, k_idx: jax.Array, q_len: int, kv_len
 
 @functools.lru_cache(maxsize=64)
 def _static_mask(kind: str, block_size: int | None, window_shape, q_offset: int, prefix_len: int, q_len: int,
-                 kv_len: int, q_pad: int, kv_pad: int, window: int | None = None) -> np.ndarray:
+                 kv_len: int, q_pad: int, kv_pad: int, window: int | None = None,
+                 tree: tuple[int, ...] | None = None) -> np.ndarray:
     """The padded `[q_pad, kv_pad]` numpy mask of a static structure (cached per shape)."""
     spec = MaskSpec(kind=kind, block_size=block_size, q_offset=q_offset, prefix_len=prefix_len,
-                    window_shape=window_shape, window=window)
+                    window_shape=window_shape, window=window, tree=tree)
     q_idx = np.arange(q_pad, dtype=np.int64)[:, None]
     k_idx = np.arange(kv_pad, dtype=np.int64)[None, :]
     if kind == "bidirectional" and window is None:
         visible = np.broadcast_to(k_idx < kv_len, (q_pad, kv_pad))
-    else:
-        visible = np.asarray(spec.visible_at(q_idx + q_offset, k_idx, kv_len)) & (k_idx < kv_len)
+    else:  # evaluated now even when called while tracing (the tree rule's selects are jnp ops)
+        with jax.ensure_compile_time_eval():
+            visible = np.asarray(spec.visible_at(q_idx + q_offset, k_idx, kv_len)) & (k_idx < kv_len)
     return np.where(q_idx < q_len, visible, k_idx < kv_len)
 
 
@@ -193,11 +195,11 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         return xla_attention(q, k, v, mask, scale=scale)
     interpret = target_platform() != "tpu" if interpret is None else interpret
     q_off, prefix = _static_int(mask.q_offset), _static_int(mask.prefix_len)
-    static = q_off is not None and (prefix is not None or mask.kind not in ("jacobi_forcing", "lookahead", "denoise_canvas"))
+    static = q_off is not None and (prefix is not None or mask.kind not in _PER_ROW_PREFIX)
     q_pad, kv_pad = _round_up(lq, _LANES), _round_up(lk, _LANES)
     plan = _Plan(q_len=lq, kv_len=lk, q_pad=q_pad, kv_pad=kv_pad, heads=h, interpret=interpret,
                  static_mask=(_static_mask(mask.kind, mask.block_size, mask.window_shape, q_off, prefix or 0, lq, lk,
-                                           q_pad, kv_pad, mask.window)
+                                           q_pad, kv_pad, mask.window, mask.tree)
                               if static else None),
                  per_row_mask=not static and jnp.ndim(mask.prefix_len) == 1)
     dyn = None if static else _dynamic_masks(mask, plan)
@@ -232,7 +234,8 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
     if mask.q_segment_ids is not None or not static:  # rows that may see no key at all
         any_visible = mask.dense(lq, lk).any(-1)                                   # [B or 1, Lq]
         out = jnp.where(any_visible[:, :, None, None], out, 0)
-    elif q_off + lq > lk:  # queries past the keys (a structural mask only)
+    else:  # a structural mask: queries past the keys, or past a tree with no prefix before it
         any_visible = plan.static_mask[:lq, :lk].any(-1)
-        out = jnp.where(any_visible[None, :, None, None], out, 0)
+        if not any_visible.all():
+            out = jnp.where(any_visible[None, :, None, None], out, 0)
     return out.astype(q.dtype)

@@ -89,6 +89,7 @@ class _Static:
     block_size: int | None
     window_shape: tuple[int, int, int] | None
     window: int | None
+    tree: tuple[int, ...] | None
     scale: float
     q_len: int          # true lengths; arrays are padded to tile multiples
     kv_len: int
@@ -105,7 +106,7 @@ def _tile_visible(st: _Static, params_ref, q_start, k_start, bq, bk, q_seg, k_se
     q_local = q_start + jnp.arange(bq, dtype=jnp.int32)[:, None]
     k_idx = k_start + jnp.arange(bk, dtype=jnp.int32)[None, :]
     spec = MaskSpec(kind=st.kind, block_size=st.block_size, q_offset=params_ref[0], prefix_len=params_ref[1],
-                    window_shape=st.window_shape, window=st.window)
+                    window_shape=st.window_shape, window=st.window, tree=st.tree)
     visible = spec.visible_at(q_local + params_ref[0], k_idx, st.kv_len)
     visible = visible & (q_local < st.q_len) & (k_idx < st.kv_len)
     if q_seg is not None:
@@ -388,7 +389,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     has_seg = mask.q_segment_ids is not None
     per_row = has_seg or jnp.ndim(mask.prefix_len) == 1
     st = _Static(kind=mask.kind, block_size=mask.block_size, window_shape=mask.window_shape, window=mask.window,
-                 scale=float(d ** -0.5 if scale is None else scale), q_len=lq, kv_len=lk,
+                 tree=mask.tree, scale=float(d ** -0.5 if scale is None else scale), q_len=lq, kv_len=lk,
                  groups=h // hkv, has_segments=has_seg, per_row_schedule=per_row,
                  blocks=blocks, interpret=interpret)
 

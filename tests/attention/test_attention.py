@@ -9,7 +9,7 @@ import pytest
 
 from jaxdllm.attention import MaskSpec, attend
 from support.forward import forward
-from support.mask_rules import brute_force
+from support.mask_rules import CHAIN, FOREST, MEDUSA, brute_force
 
 
 CASES = [
@@ -31,15 +31,22 @@ CASES = [
     ("bidirectional", 6, 20, {"q_offset": 14, "window": 5}),
     ("denoise_canvas", 13, 26, {"block": 4, "prefix": 3}),
     ("denoise_canvas", 14, 28, {"block": 3, "prefix": 5, "window": 4}),
+    ("tree", 5 + 5, 5 + 5, {"prefix": 5, "tree": CHAIN}),
+    ("tree", 12 + 2, 4 + 12 + 2, {"prefix": 4, "q_offset": 4, "tree": MEDUSA}),  # two queries past the tree
+    ("tree", 14, 14, {"tree": MEDUSA}),                                             # no prefix: those see nothing
+    ("tree", 2 * 10, 6 + 2 * 10, {"block": 2, "prefix": 6, "q_offset": 6, "tree": FOREST}),
+    ("tree", 3 + 3 * 5, 3 + 3 * 5, {"block": 3, "prefix": 3, "tree": CHAIN}),
 ]
 
 
 @pytest.mark.parametrize("kind,q_len,kv_len,kw", CASES)
 def test_dense_mask_matches_published_rules(kind, q_len, kv_len, kw):
     spec = MaskSpec(kind=kind, block_size=kw.get("block"), q_offset=kw.get("q_offset", 0),
-                    prefix_len=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"))
+                    prefix_len=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"),
+                    tree=kw.get("tree"))
     expected = brute_force(kind, q_len, kv_len, q_offset=kw.get("q_offset", 0), block=kw.get("block"),
-                           prefix=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"))
+                           prefix=kw.get("prefix", 0), window_shape=kw.get("window_shape"), window=kw.get("window"),
+                           tree=kw.get("tree"))
     np.testing.assert_array_equal(np.asarray(spec.dense(q_len, kv_len))[0], expected)
 
 
@@ -48,6 +55,34 @@ def test_jacobi_forcing_per_row_prefix():
     dense = np.asarray(spec.dense(17, 17))
     for row, prefix in enumerate([2, 5]):
         np.testing.assert_array_equal(dense[row], brute_force("jacobi_forcing", 17, 17, block=3, prefix=prefix))
+
+
+def test_tree_per_row_prefix_with_padding():
+    """Trees of 2-token nodes after per-row prompts, queries over a cache, rows left-padded."""
+    prefix, q_offset, kv_len = [3, 6], 2, 6 + 2 * len(MEDUSA) + 1
+    seg = np.ones((2, kv_len), np.int32)
+    seg[0, :2] = 0                                            # row 0: two padding slots before its prompt
+    spec = MaskSpec(kind="tree", tree=MEDUSA, block_size=2, q_offset=q_offset, prefix_len=jnp.array(prefix),
+                    q_segment_ids=jnp.asarray(seg[:, q_offset:]), kv_segment_ids=jnp.asarray(seg))
+    dense = np.asarray(spec.dense(kv_len - q_offset, kv_len))
+    assert dense.shape == (2, kv_len - q_offset, kv_len)
+    for row, p in enumerate(prefix):
+        rule = brute_force("tree", kv_len - q_offset, kv_len, q_offset=q_offset, block=2, prefix=p, tree=MEDUSA)
+        np.testing.assert_array_equal(dense[row], rule & (seg[row, q_offset:, None] == seg[row, None, :]))
+
+
+def test_tree_preorder_intervals_hold_exactly_the_ancestors():
+    """The kernels' form of the tree rule (k's node is q's or an ancestor iff q's node lies in the
+    preorder interval of k's subtree) against the ancestor table, for random parent tuples."""
+    from jaxdllm.attention.mask import tree_ancestry, tree_preorder
+
+    rng = np.random.default_rng(0)
+    for n in list(range(1, 30)) + [80] * 5:
+        tree = tuple(int(rng.integers(-1, i)) if i else -1 for i in range(n))
+        start, end = map(np.asarray, tree_preorder(tree))
+        assert sorted(start) == list(range(n))
+        inside = (start[None, :] <= start[:, None]) & (start[:, None] < end[None, :])   # [a, b]: a in b's subtree
+        np.testing.assert_array_equal(inside, tree_ancestry(tree), err_msg=str(tree))
 
 
 def test_segment_ids_restrict_visibility():
@@ -64,6 +99,9 @@ def test_mask_spec_validation():
         MaskSpec(kind="sliding")
     with pytest.raises(ValueError, match="window_shape"):
         MaskSpec(kind="lookahead", window_shape=(2, 0, 3))
+    for tree in (None, (), (0,), (-1, 1), (-1, -2), [-1, 0]):
+        with pytest.raises(ValueError, match="parent indices"):
+            MaskSpec(kind="tree", tree=tree)
     with pytest.raises(ValueError, match="sliding window"):
         MaskSpec(kind="block_causal", block_size=4, window=8)
     with pytest.raises(ValueError, match="even"):
@@ -88,7 +126,8 @@ def naive_attention(q, k, v, visible):
 @pytest.mark.parametrize("impl", ["reference", "xla"])
 @pytest.mark.parametrize("kind,kw", [("causal", {}), ("block_diffusion", {"block_size": 3}),
                                      ("jacobi_forcing", {"block_size": 2, "prefix_len": 4}),
-                                     ("block_causal", {"block_size": 4, "q_offset": 4})])
+                                     ("block_causal", {"block_size": 4, "q_offset": 4}),
+                                     ("tree", {"tree": FOREST, "block_size": 2, "prefix_len": 4, "q_offset": 4})])
 def test_attention_matches_naive_loop(impl, kind, kw):
     rng = np.random.RandomState(0)
     b, lq, h, hkv, d = 2, 12, 6, 2, 8

@@ -10,6 +10,7 @@ import pytest
 
 from jaxdllm.attention import GPU_AUTO, MaskSpec, resolve_impl
 from support import registries
+from support.mask_rules import MEDUSA
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "sampling" / "results" / "attention_benchmark_h100.json"
 KIND_OF = {"dense": "bidirectional", "causal": "causal", "block_diffusion": "block_diffusion",
@@ -48,6 +49,9 @@ def _q(length=256, dtype=jnp.bfloat16, d=128):
     (MaskSpec(kind="block_causal", block_size=32), _q(), _q(), "pallas"),
     (MaskSpec(kind="block_diffusion", block_size=32), _q(), _q(), "pallas"),
     (MaskSpec(kind="jacobi_forcing", block_size=32), _q(), _q(), "pallas"),
+    (MaskSpec(kind="lookahead", window_shape=(4, 7, 4), prefix_len=64), _q(), _q(), "pallas"),
+    (MaskSpec(kind="tree", tree=MEDUSA, prefix_len=64), _q(), _q(), "pallas"),
+    (MaskSpec(kind="tree", tree=MEDUSA, block_size=4, prefix_len=jnp.array([64])), _q(), _q(), "pallas"),
 ])
 def test_gpu_auto_uses_cudnn_only_where_it_can(mask, q, k, expected):
     assert resolve_impl("auto", "gpu", mask=mask, q=q, k=k) == expected

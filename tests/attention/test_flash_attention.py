@@ -14,9 +14,11 @@ from jaxdllm.attention import BlockSizes, MaskSpec, attend, flash_attention, ref
 from jaxdllm.attention import tiles
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.transformer import Transformer
+from support.mask_rules import FOREST, MEDUSA
 
 SMALL = BlockSizes(16, 16, 16, 16)  # several tiles even at test sizes
 SEG = np.array([[0] * 7 + [1] * 30, [1] * 20 + [2] * 17])  # left padding; two packed segments
+PAD = (SEG > 0).astype(np.int32)                            # left padding only
 
 # (mask, q_len, kv_len, q heads, kv heads); lengths are not tile multiples.
 CASES = {
@@ -30,6 +32,11 @@ CASES = {
     "bidirectional_padding": (MaskSpec.from_padding(SEG > 0), 37, 37, 4, 2),
     "lookahead_over_a_cache": (MaskSpec(kind="lookahead", window_shape=(4, 5, 4), q_offset=9, prefix_len=9),
                                1 + 4 * 5 + 5 * 4, 9 + 1 + 4 * 5 + 5 * 4, 4, 2),
+    # 2-token nodes after per-row prompts (row 1's first queries are prompt), padded rows, tokens past the tree
+    "tree_per_row_prefix_over_a_cache": (MaskSpec(kind="tree", tree=MEDUSA, block_size=2, q_offset=9,
+                                                  prefix_len=jnp.array([9, 13]), q_segment_ids=PAD[:, 9:],
+                                                  kv_segment_ids=PAD), 28, 37, 2, 1),
+    "tree_without_prefix": (MaskSpec(kind="tree", tree=FOREST), 21, 21, 1, 1),  # rows past the tree see nothing
     "sliding_window_causal": (MaskSpec(kind="causal", window=11), 37, 37, 4, 2),
     "sliding_window_canvas_over_a_cache": (MaskSpec(window=11, q_offset=29), 16, 45, 4, 1),
     "denoise_canvas_per_row_prompt": (MaskSpec(kind="denoise_canvas", block_size=8, prefix_len=jnp.array([5, 11]),
@@ -131,6 +138,25 @@ def test_tile_map_of_a_lookahead_forward_skips_the_tiles_no_token_sees():
     np.testing.assert_array_equal(classes == tiles.EMPTY, ~any_visible)
     window_tiles = classes[:, prefix // 16:]
     assert (window_tiles == tiles.EMPTY).mean() > 0.5
+
+
+def test_tree_rule_in_the_kernels_lowers_to_triton():
+    """The tree rule is evaluated inside the forward, dq and dk/dv kernels: it must lower natively
+    (no table captured by the kernel, no gather)."""
+    from jaxdllm.attention.platform import exporter, lowering_for
+    from jaxdllm.lowering import program_facts
+
+    mask = MaskSpec(kind="tree", tree=MEDUSA, block_size=2, prefix_len=jnp.array([5, 9]))
+    grads = jax.jit(jax.grad(lambda q, k, v: flash_attention(q, k, v, mask).astype(jnp.float32).sum(), argnums=(0, 1, 2)))
+    shape = jax.ShapeDtypeStruct((2, 64, 2, 32), jnp.bfloat16)
+    try:
+        with lowering_for("cuda"):
+            facts = program_facts(exporter(grads, "cuda")(shape, shape, shape))
+    except RuntimeError as e:  # newer JAX lowers Pallas Triton only with a GPU device present
+        if "No supported GPU devices found" not in str(e):
+            raise
+        pytest.skip(f"jax {jax.__version__} cannot lower the Triton kernel without a GPU")
+    assert facts["triton_kernels"] == 3, facts  # forward, dq, dk/dv
 
 
 def test_block_sizes_follow_coarse_mask_blocks_and_dtype():

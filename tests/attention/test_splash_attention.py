@@ -12,6 +12,7 @@ from flax import nnx
 from jaxdllm import ModelConfig, Transformer, sharding
 from jaxdllm.attention import MaskSpec, attend, reference_attention, resolve_impl, splash_attention
 from jaxdllm.attention.tpu_splash import MIN_QUERY_BLOCK
+from support.mask_rules import FOREST, MEDUSA
 
 RNG = np.random.default_rng(0)
 
@@ -52,6 +53,7 @@ CASES = {  # kind, block size, length (not a multiple of 128)
     "jacobi_forcing": (MaskSpec(kind="jacobi_forcing", block_size=16, prefix_len=37), 165),
     "lookahead": (MaskSpec(kind="lookahead", window_shape=(4, 15, 4), prefix_len=60), 60 + 1 + 4 * 15 + 15 * 4),
     "sliding_window": (MaskSpec(kind="causal", window=50), 200),
+    "tree": (MaskSpec(kind="tree", tree=MEDUSA, block_size=8, prefix_len=50), 160),  # 14 tokens past the tree
 }
 
 
@@ -86,6 +88,32 @@ def test_traced_query_offset_over_a_longer_cache_compiles_once():
 def test_per_row_prompt_lengths():
     q, k, v, ct = _inputs(3, 200, 200, 2, 1)
     _check(MaskSpec(kind="jacobi_forcing", block_size=16, prefix_len=jnp.asarray([40, 23, 57])), q, k, v, ct)
+
+
+def test_static_tree_mask_lowers_for_tpu_under_jit():
+    """A static tree's numpy mask is built while tracing (the rule's selects evaluated then, not
+    staged), and the forward and backward lower to Mosaic."""
+    from jaxdllm.attention.platform import exporter, lowering_for
+    from jaxdllm.lowering import program_facts
+
+    mask = MaskSpec(kind="tree", tree=MEDUSA, block_size=8, prefix_len=50)
+    step = jax.jit(jax.value_and_grad(lambda q, k, v: splash_attention(q, k, v, mask).astype(jnp.float32).sum(),
+                                      argnums=(0, 1, 2)))
+    shape = jax.ShapeDtypeStruct((1, 160, 2, 64), jnp.bfloat16)
+    with lowering_for("tpu"):
+        facts = program_facts(exporter(step, "tpu")(shape, shape, shape))
+    assert facts["mosaic_kernels"] == 3, facts  # forward, dq, dk/dv
+
+
+@pytest.mark.slow  # about 6 s in the interpreter: the default run's 6-minute budget
+def test_tree_static_without_prefix_and_per_row_prefix():
+    """A static tree over no prefix (the queries past it see nothing: zero rows, zero gradients), then
+    per-row prompt lengths (the dynamic mask)."""
+    q, k, v, ct = _inputs(2, 130, 130, 2, 1, d=32)
+    mask = MaskSpec(kind="tree", tree=FOREST, block_size=4)
+    assert not np.asarray(splash_attention(q, k, v, mask)[:, 40:]).any()
+    _check(mask, q, k, v, ct)
+    _check(MaskSpec(kind="tree", tree=MEDUSA, block_size=3, prefix_len=jnp.asarray([70, 91])), q, k, v, ct)
 
 
 @pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget

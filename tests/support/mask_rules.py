@@ -1,9 +1,17 @@
-"""Per-element attention rules written out from the published papers (BD3-LM, Jacobi Forcing, Lookahead decoding), independent of
-jaxdllm's vectorised `MaskSpec`."""
+"""Per-element attention rules written out from the published papers (BD3-LM, Jacobi Forcing, Lookahead decoding, Medusa's
+tree attention), independent of jaxdllm's vectorised `MaskSpec`."""
 
 import itertools
 
 import numpy as np
+
+# Trees of drafts (parent per node, -1: none), shared by the backend tests.
+CHAIN = (-1, 0, 1, 2, 3)
+# Medusa-like, numbered breadth-first (not depth-first): a root (the current token), 3 candidates for
+# the next token, 3 / 2 / 1 continuations of those, then one continuation each of two of these.
+MEDUSA = (-1, 0, 0, 0, 1, 1, 1, 2, 2, 3, 4, 7)
+# No common root (the heads' candidates for the first token are the roots), one root childless.
+FOREST = (-1, -1, -1, 0, 0, 1, 3, 3, 5, 6)
 
 
 def lookahead_slots(levels, width, branch_len, branches):
@@ -27,10 +35,17 @@ def lookahead_context(slot):
     return set()
 
 
-def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window_shape=None, window=None):
+def tree_node(p, prefix, size, tree):
+    """The tree node holding physical position p, or None (the prefix, or past the tree)."""
+    r = p - prefix
+    return r // size if 0 <= r < len(tree) * size else None
+
+
+def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window_shape=None, window=None, tree=None):
     """`[q_len, kv_len]` visibility, one pair at a time. `window` (Gemma 4 sliding layers): a causal
     query at q sees at most the W keys q-W+1..q; a bidirectional call sees its own keys and the W-1
-    cached keys before its first query."""
+    cached keys before its first query. `tree` (parents; `block` tokens per node, default 1): a draft
+    token sees the decided text and the tokens of its node and of the nodes on its path to a root."""
     out = np.zeros((q_len, kv_len), bool)
     n = kv_len // 2
     for i, j in itertools.product(range(q_len), range(kv_len)):
@@ -80,5 +95,16 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window
             else:
                 qs, ks = slots[q - prefix], slots[j - prefix]
                 ok = ks[0] == "current" or ks in lookahead_context(qs)
+        elif kind == "tree":
+            size = block or 1
+            if j < prefix:
+                ok = j <= q or q >= prefix               # the decided text: causal; all of it from the tree on
+            else:
+                node, key_node = tree_node(q, prefix, size, tree), tree_node(j, prefix, size, tree)
+                path = []
+                while node is not None and node != -1:   # walk up from the query's node
+                    path.append(node)
+                    node = tree[node]
+                ok = key_node is not None and key_node in path
         out[i, j] = ok
     return out
