@@ -1,17 +1,19 @@
-"""The draft canvas: draft-and-verify decoding of causal models (Jacobi, Lookahead, any
-`DraftVerifyPolicy`). The answer starts as a draft; each step feeds every row's verification
-layout (`policies/draft_verify.py`) in one forward under `MaskSpec(kind="lookahead")` and accepts
-the longest verified prefix. The engine calls only the policy's `layout`, `in_flight_end`,
-`start`, `propose`, `accept` and `update`.
+"""The draft canvas: draft-and-verify decoding of causal models (Jacobi, Lookahead, Medusa, BPD,
+Token Recycling, any `DraftVerifyPolicy`). The answer starts as a draft; each step feeds every
+row's verification layout (`policies/draft_verify.py`) in one forward under
+`MaskSpec(kind="lookahead")` (branches) or `MaskSpec(kind="tree")` (a token tree) and accepts the
+longest verified prefix. The engine calls only the policy's `layout`, `in_flight_end`, `start`,
+`for_model`, `propose`, `accept` and `update` (and `seed` after the prefill, for policies that
+read hidden states).
 
 Rows move independently: a row's layout starts at its last decided token (whose prediction is
 the first undecided position), so each row reads and writes the exact KV cache at its own offset
 (the model call is vmapped over rows). The forward writes its K/V at slots `start ..
-start + length`; the accepted branch's K/V are then moved to the slots right after the current
-token (`KVCache.move_slots`), where the accepted tokens sit. Every other slot at or after the
-next step's start is rewritten by that step before any query can see it (keys before a row's
-start are the decided text; the mask shows a window token only its own structure). That is the
-cache truncation. The prompt is prefilled once (not counted in `nfe`, like the block cache's
+start + length`; the accepted branch's K/V (a tree's accepted path) are then moved to the slots
+right after the current token (`KVCache.move_slots`, `gather_slots`), where the accepted tokens
+sit. Every other slot at or after the next step's start is rewritten by that step before any
+query can see it (keys before a row's start are the decided text; the mask shows a window token
+only its own structure). That is the cache truncation. The prompt is prefilled once (not counted in `nfe`, like the block cache's
 fills).
 """
 
