@@ -6,20 +6,15 @@ Head k (k = 0..K-1) reads the final-normed hidden state at position t (what the 
 (W and b start at zero, so an untrained head is the model's own next-token head), then the
 model's shared LM head (`Transformer.unembed`). `jaxdllm train` trains them with objective
 `medusa` (`jaxdllm.train.objectives.medusa`) and writes them beside the model
-(`medusa_heads.safetensors`), where the `medusa` and `bpd` presets find them.
+(`medusa_heads.safetensors`, `jaxdllm.decoding.policies.medusa.save_heads`), where the `medusa` and
+`bpd` presets find them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
-
-from jaxdllm.checkpoint.side_files import load_module, read_facts, save_module, side_file_path
-
-HEADS_FILE = "medusa_heads.safetensors"
 
 
 class MedusaHeads(nnx.Module):
@@ -48,25 +43,3 @@ class MedusaHeads(nnx.Module):
         out = self(hidden)
         flat = out.reshape(-1, 1, out.shape[-1])             # unembed takes [..., L, D]
         return unembed(flat.astype(hidden.dtype))[:, 0].reshape(*out.shape[:-1], -1)
-
-
-def save_heads(heads: MedusaHeads, path, **facts) -> Path:
-    """Write `heads` to `path` (a model folder: `medusa_heads.safetensors` in it); `facts`
-    (JSON-able: the model they belong to, how they were trained) go in the metadata."""
-    meta = {"num_heads": heads.num_heads, "embed_dim": heads.embed_dim, "layers": heads.num_layers, **facts}
-    return save_module(heads, side_file_path(path, HEADS_FILE), "medusa", meta, "medusa heads")
-
-
-def heads_facts(path) -> dict:
-    """The metadata `save_heads` wrote (`num_heads`, `embed_dim`, `layers`, and the facts given)."""
-    target = side_file_path(path, HEADS_FILE)
-    return read_facts(target, "medusa", f"Medusa heads at {target}: train them with a recipe of objective "
-                                         "'medusa' (training/medusa_tasks_cpu.toml)")
-
-
-def load_heads(path) -> MedusaHeads:
-    """The heads in `path` (a model folder holding `medusa_heads.safetensors`, or the file)."""
-    facts = heads_facts(path)
-    return load_module(side_file_path(path, HEADS_FILE),
-                       lambda: MedusaHeads(facts["num_heads"], facts["embed_dim"], facts["layers"]),
-                       f"{facts['num_heads']} Medusa heads of width {facts['embed_dim']}")

@@ -34,7 +34,7 @@ from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
-from jaxdllm.models.medusa import HEADS_FILE
+from jaxdllm.decoding.policies.medusa import HEADS_FILE
 from jaxdllm.tokenizer import Tokenizer, answer_length
 from sampling.benchmarks.report import write_report
 from sampling.benchmarks.timing import timed

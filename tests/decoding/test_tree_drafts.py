@@ -18,10 +18,11 @@ from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.checkpoint import save_pretrained
 from jaxdllm.data import make_mixture
 from jaxdllm.decoding.policies.draft_verify import VerifyLayout
-from jaxdllm.decoding.policies.medusa import MEDUSA_63, Medusa, choices_tree, typical_accept
+from jaxdllm.decoding.policies.medusa import (HEADS_FILE, MEDUSA_63, Medusa, choices_tree, heads_facts, load_heads,
+                                              save_heads, typical_accept)
 from jaxdllm.errors import CheckpointError
 from jaxdllm.eval.runner import left_pad
-from jaxdllm.models.medusa import HEADS_FILE, MedusaHeads, heads_facts, load_heads, save_heads
+from jaxdllm.models.medusa import MedusaHeads
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
 from test_jacobi import assert_greedy_up_to_eos

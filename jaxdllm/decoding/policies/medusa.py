@@ -29,14 +29,19 @@ found beside the model (`medusa_heads.safetensors`); the policy's carry is the h
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxdllm.attention.mask import tree_ancestry, tree_depths
+from jaxdllm.checkpoint.side_files import load_module, read_facts, save_module, side_file_path
 from jaxdllm.decoding.policies.draft_verify import Proposal, TreeDraftPolicy, tree_accept, tree_verified
 from jaxdllm.errors import ConfigError
+from jaxdllm.models.medusa import MedusaHeads
+
+HEADS_FILE = "medusa_heads.safetensors"
 
 # The published 63-node tree for 7B models (Medusa's `mc_sim_7b_63`): paths of top-k ranks.
 MEDUSA_63 = (
@@ -116,8 +121,6 @@ class Medusa(TreeDraftPolicy):
     def load_params(self, directory, config):
         """The heads saved beside a model (`directory/medusa_heads.safetensors`), with at least as
         many heads as the tree is deep."""
-        from jaxdllm.models.medusa import load_heads
-
         heads = load_heads(directory)
         if heads.num_heads < self.num_heads:
             raise ConfigError(f"the tree needs {self.num_heads} Medusa heads, {directory} has {heads.num_heads}: "
@@ -194,3 +197,25 @@ class Bpd(Medusa):
 
     choices: tuple = chain(4)
     name = "bpd"
+
+
+def save_heads(heads: MedusaHeads, path, **facts) -> Path:
+    """Write `heads` to `path` (a model folder: `medusa_heads.safetensors` in it); `facts`
+    (JSON-able: the model they belong to, how they were trained) go in the metadata."""
+    meta = {"num_heads": heads.num_heads, "embed_dim": heads.embed_dim, "layers": heads.num_layers, **facts}
+    return save_module(heads, side_file_path(path, HEADS_FILE), "medusa", meta, "medusa heads")
+
+
+def heads_facts(path) -> dict:
+    """The metadata `save_heads` wrote (`num_heads`, `embed_dim`, `layers`, and the facts given)."""
+    target = side_file_path(path, HEADS_FILE)
+    return read_facts(target, "medusa", f"Medusa heads at {target}: train them with a recipe of objective "
+                                         "'medusa' (training/medusa_tasks_cpu.toml)")
+
+
+def load_heads(path) -> MedusaHeads:
+    """The heads in `path` (a model folder holding `medusa_heads.safetensors`, or the file)."""
+    facts = heads_facts(path)
+    return load_module(side_file_path(path, HEADS_FILE),
+                       lambda: MedusaHeads(facts["num_heads"], facts["embed_dim"], facts["layers"]),
+                       f"{facts['num_heads']} Medusa heads of width {facts['embed_dim']}")

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.medusa import MedusaHeads, save_heads
+from jaxdllm.decoding.policies.medusa import save_heads
+from jaxdllm.models.medusa import MedusaHeads
 from jaxdllm.train.objectives.base import Objective, Views, accuracy, padding_mask, token_ce
 
 
