@@ -22,6 +22,7 @@ def model():
     return shared_tiny_llada()[0]
 
 
+SMALL_TREE = ((0,), (1,), (0, 0), (1, 0), (0, 0, 0))  # a draft tree of rank paths (Medusa, Token Recycling)
 cfg = functools.partial(SamplerConfig, gen_length=16, block_length=8, steps=8, prompt_bucket=8)  # any may be overridden
 
 
@@ -52,9 +53,10 @@ POLICY_SETUP = {
     "learn2pd": {"params": lambda: jaxdllm.decoding.Learn2PDFilter(8, 8, rngs=nnx.Rngs(0))},
     "jacobi": {"model": "causal"},
     "lookahead": {"model": "causal"},
-    "medusa": {"model": "causal", "params": lambda: random_heads(4, 64)},
-    "bpd": {"model": "causal", "params": lambda: random_heads(4, 64)},
-    "token_recycling": {"model": "causal"},
+    # small trees: the published ones decode the shipped model in tests/decoding/test_tree_drafts.py
+    "medusa": {"model": "causal", "params": lambda: random_heads(3, 64), "config": {"choices": SMALL_TREE}},
+    "bpd": {"model": "causal", "params": lambda: random_heads(2, 64), "config": {"choices": ((0,), (0, 0))}},
+    "token_recycling": {"model": "causal", "config": {"choices": SMALL_TREE}},
     # uniform-noise canvases of the model's 8 tokens, at most 3 denoising steps each
     "diffusiongemma": {"model": "diffusiongemma", "config": {"block_length": 8, "max_denoising_steps": 3}},
 }

@@ -133,6 +133,10 @@ class Medusa(TreeDraftPolicy):
                 jnp.zeros((b, self.num_heads, self.top_k), jnp.int32))
 
     def seed(self, state, hidden, params, unembed):
+        if not isinstance(params, MedusaHeads) or params.num_heads < self.num_heads:
+            have = f"{params.num_heads} heads" if isinstance(params, MedusaHeads) else repr(type(params).__name__)
+            raise ConfigError(f"policy {self.name!r} needs MedusaHeads with at least {self.num_heads} heads as "
+                              f"policy_params (jaxdllm.policy_params(model_dir, config) reads them), got {have}")
         return self._top_k(hidden, params, unembed)
 
     def _top_k(self, hidden, params, unembed):
