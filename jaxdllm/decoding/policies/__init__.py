@@ -15,6 +15,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `token_editing` | LLaDA2.1 | threshold commits + re-deciding committed tokens of the block |
 | `jacobi` | Jacobi decoding | fixed-point acceptance of a draft (causal models) |
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
+| `freedave` | FreeDave | drafts of the next k steps verified in one forward: a greedy sampler's output, fewer forwards (`freedave_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
 `jacobi` and `lookahead` are draft-and-verify policies (`draft_verify.DraftVerifyPolicy`): a new
@@ -32,6 +33,7 @@ from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
 from jaxdllm.decoding.policies.entropy import Entropy
 from jaxdllm.decoding.policies.entropy_bound import EntropyBound, entropy_bound_accept
 from jaxdllm.decoding.policies.factor import Factor
+from jaxdllm.decoding.policies.freedave import FreeDave
 from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
@@ -47,11 +49,11 @@ register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(p
 policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
-             Lookahead, TokenEditing, DiffusionGemma):
+             Lookahead, TokenEditing, DiffusionGemma, FreeDave):
     register_policy(_cls)
 
 
-__all__ = ["Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
+__all__ = ["Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor", "FreeDave",
            "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "POLICIES", "Policy", "Prophet",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
