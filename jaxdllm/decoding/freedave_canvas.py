@@ -28,17 +28,22 @@ seed (its canvas does not change). Blocks advance once no row has a mask left in
 Layouts of the K drafts in one forward (`FreeDave.draft_layout`): `batch`, B*K rows (cache='none':
 whole canvases; cache='block': windows, each row reading its own copy of the cache, whose outputs
 are dropped), and `tree`, cache='block' only: per row, the token before the window (token-shifted
-models) and K windows after the cached prefix, under `MaskSpec(kind="tree")`: each window one chain of
-nodes of one model block (`draft_tree`), so it is block-causal inside and sees no other draft; the K/V land in K consecutive window slots (the cache has
-(K - 1) windows of spare slots past the canvas; slots past a window are never visible to a later
-window under block-causal attention, and the finished window is rewritten from its final tokens).
+models) and K windows after the cached prefix under `MaskSpec(kind="tree")`, each window one chain
+of nodes of one model block (`draft_tree`), so it is block-causal inside and sees no other draft.
+Their K/V land in K consecutive windows of slots (the cache has K - 1 spare windows past the canvas);
+slots past a window are never visible to a later window under block-causal attention, and the
+finished window is rewritten from its final tokens.
+
+`sequential` runs the K drafts one after another (`lax.map`), each with the reference's shapes.
 
 Ties and numerics: drafts and targets rank positions with the reference's own functions (ties to
-the lower position). The batch layout gives each draft the shapes of the reference's forward (one
-canvas, or one window over a cache of the same length), so on CPU each draft's logits equal the
-reference's bitwise and the outputs are identical (`tests/decoding/test_freedave.py`). The tree
-layout attends over a longer key axis (spare slots, K windows), whose float sums may round
-differently in the last bit; an exact tie between two confidences could then break differently.
+the lower position), so exact ties break as the reference breaks them. Batched-vs-single numerics:
+the batch layout runs B*K rows where the reference runs B, and the tree layout attends over a longer
+key axis (spare slots, K windows); where the model's arithmetic depends on those shapes (bf16 on
+CPU: the reference itself then decodes a row differently alone and in a batch), two confidences
+within rounding of each other can rank differently and the output leave the reference's. The
+`sequential` layout gives each draft the reference's own forward, logits bit for bit, for checking.
+In float32 the tests (`tests/decoding/test_freedave.py`) find every layout's output identical.
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ class FreedaveCanvas(MaskedCanvas):
     name = "freedave_canvas"
 
     def check_config(self, config) -> None:
+        """The masked canvas's checks, and an exact cache (`none` or `block`)."""
         super().check_config(config)
         if config.cache.name not in ("none", "block"):
             raise ConfigError(f"policy {config.policy.name!r} is exact and cache={config.cache.name!r} is "
@@ -134,10 +140,16 @@ class FreedaveCanvas(MaskedCanvas):
                                  max_trajectory=config.max_trajectory)
 
     # -- the forward of K windows ------------------------------------------------------------------
-    def _forward(self, model, state, view, lay, config, windows, seed: Seed):
+    def _forward(self, model, state, view, lay, config, windows, seed: Seed, layout: str | None = None):
         """Logits `[B, k, S, V]` of each row's k canvases whose current block is `windows [B, k, L]`
-        (row 0 = the block's first position), and the carried KV cache."""
+        (row 0 = the block's first position), and the carried KV cache. `layout`: the policy's
+        `draft_layout` unless given."""
+        layout = layout or config.policy.draft_layout
         b, k, bl = windows.shape
+        if layout == "sequential" and k > 1:  # k forwards of the reference's shapes, one after another
+            def one(window):
+                return self._forward(model, state, view, lay, config, window[:, None], seed, "batch")[0][:, 0]
+            return jnp.swapaxes(jax.lax.map(one, jnp.swapaxes(windows, 0, 1)), 0, 1), seed.kv
         S = seed.logits.shape[1]
         start = lay.decode_start + state.block * bl
         if config.cache.name != "block":  # whole canvases, B*k rows
@@ -153,7 +165,7 @@ class FreedaveCanvas(MaskedCanvas):
         offset = start - window_start                      # the block inside the window
         first = jnp.clip(offset, 0, W + shift - S)         # the logit of window position p is fed index p
         ids, pos, seg = view.window(state.canvas, fed, W + shift)
-        if config.policy.draft_layout == "batch":          # B*k rows, each over its own copy of the cache
+        if layout != "tree":                                # B*k rows, each over its own copy of the cache
             ids = put_window(jnp.repeat(ids, k, axis=0), offset + shift, windows.reshape(b * k, bl))
             pos, seg = jnp.repeat(pos, k, axis=0), jnp.repeat(seg, k, axis=0)
             kv = _repeat_rows(seed.kv, k, seed.kv.batch_axes())

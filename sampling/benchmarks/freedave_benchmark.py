@@ -8,7 +8,9 @@ one token per step, mean NFE, answer tokens per forward and tokens/s (JSON + PNG
 Each model decodes on its own canvas (`jaxdllm_sampler.json`: chain-llada-tiny 64 tokens in blocks of
 32, tasks-llada-small 16 tokens in one block), greedy, in batches of `--batch-size` prompts
 (`jaxdllm.eval.runner.decode_batches`, the eval's loop). Settings: `llada` at one token per step,
-`threshold` 0.9 (`fast-dllm-parallel`'s rule), and `freedave` with each K of `--drafts`.
+`threshold` 0.9 (`fast-dllm-parallel`'s rule), and `freedave` with each K of `--drafts` (the default batch
+layout, B*K rows per forward) and of `--sequential` (the K drafts one after another with the reference's
+shapes: outputs bit for bit where the model's numerics depend on the batch shape, e.g. bf16 weights).
 "Identical" compares all `gen_length` generated tokens with one token per step's, item by item.
 tokens/s counts answer tokens (through EOS) per second over the batches that did not compile the loop.
 For FreeDave the JSON also holds where the forwards went: forwards that committed nothing (seeding:
@@ -30,13 +32,16 @@ from sampling.benchmarks.report import write_report
 MODELS = {"chain-llada-tiny": "chain", "tasks-llada-small": "suite"}
 
 
-def settings(defaults, drafts: list[int]) -> dict:
-    """`{label: SamplerConfig}` on the checkpoint's canvas."""
+def settings(defaults, drafts: list[int], sequential: list[int]) -> dict:
+    """`{label: SamplerConfig}` on the checkpoint's canvas: one token per step, threshold 0.9, FreeDave
+    (batch layout) at each K of `drafts` and in the sequential layout at each K of `sequential`."""
     one = defaults.replace(policy="llada", steps=defaults.gen_length)
     out = {"llada (1 token/step)": one,
            "threshold 0.9": defaults.replace(policy="threshold", threshold=0.9)}
     for k in drafts:
         out[f"freedave K={k}"] = defaults.replace(policy="freedave", drafts=k)
+    for k in sequential:
+        out[f"freedave K={k} sequential"] = defaults.replace(policy="freedave", drafts=k, draft_layout="sequential")
     return out
 
 
@@ -54,7 +59,14 @@ def forward_profile(commit_step: np.ndarray, nfe: np.ndarray) -> dict:
             "tokens_per_committing_forward": dict(sorted(hist.items()))}
 
 
-def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], batch_size: int, log=print) -> dict:
+def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], sequential: list[int], batch_size: int,
+              log=print) -> dict:
+    """Every setting on `n` held-out prompts of each task of `tasks_spec` for shipped model `name`.
+
+    Returns `{"canvas", "settings", "results": {label: {task: row, "mean": row}}}`; a row holds
+    `accuracy`, `mean_nfe`, `identical_to_one_token_per_step`, `answer_tokens_per_forward`,
+    `tokens_per_s` (and FreeDave's forward profile); the means add `fewer_forwards`.
+    """
     import jaxdllm
     from jaxdllm.eval.runner import decode_batches
     from jaxdllm.eval.tasks import resolve_tasks
@@ -62,7 +74,7 @@ def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], batch_size:
 
     model, tok, defaults = jaxdllm.load(name)
     eos = model.config.eos_token_id
-    configs = settings(defaults, drafts)
+    configs = settings(defaults, drafts, sequential)
     out = {"canvas": {"gen_length": defaults.gen_length, "block_length": defaults.block_length},
            "settings": {label: repr(c) for label, c in configs.items()}, "results": {}}
     reference_tokens: dict[str, np.ndarray] = {}
@@ -109,6 +121,7 @@ def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], batch_size:
 
 
 def plot(data: dict, path: Path) -> None:
+    """Accuracy against mean NFE (log), one panel per model, each setting's point labelled."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -138,6 +151,7 @@ def plot(data: dict, path: Path) -> None:
 
 
 def markdown(data: dict) -> str:
+    """One table per model: accuracy / mean NFE / identical share per task, fewer forwards, tokens/s."""
     lines = []
     for name, model in data["models"].items():
         tasks = [t for t in next(iter(model["results"].values())) if t != "mean"]
@@ -153,20 +167,23 @@ def markdown(data: dict) -> str:
 
 
 def main(argv=None) -> None:
+    """Parse the flags, run every model, print the tables and write `<out>.json` and `<out>.png`."""
     exit_if_missing(("matplotlib",), "bench", "python -m sampling.benchmarks.freedave_benchmark")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help=f"shipped models among {list(MODELS)}")
     parser.add_argument("--n", type=int, default=200, help="held-out prompts per task (seed 1234)")
-    parser.add_argument("--drafts", default="2,4,8", help="FreeDave's K values")
+    parser.add_argument("--drafts", default="2,4,8", help="FreeDave's K values (batch layout)")
+    parser.add_argument("--sequential", default="4", help="K values of the sequential layout ('' for none)")
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--out", required=True, help="output path without extension (.json, .png)")
     args = parser.parse_args(argv)
     drafts = [int(k) for k in args.drafts.split(",")]
-    data = {"n": args.n, "batch_size": args.batch_size, "drafts": drafts,
+    sequential = [int(k) for k in args.sequential.split(",") if k]
+    data = {"n": args.n, "batch_size": args.batch_size, "drafts": drafts, "sequential": sequential,
             "command": "python -m sampling.benchmarks.freedave_benchmark " + " ".join(argv or []), "models": {}}
     begin = time.perf_counter()
     for name in args.models.split(","):
-        data["models"][name] = run_model(name, MODELS[name], args.n, drafts, args.batch_size)
+        data["models"][name] = run_model(name, MODELS[name], args.n, drafts, sequential, args.batch_size)
         data["models"][name]["wall_s"] = time.perf_counter() - begin
         write_report(args.out, data)  # after each model: a kill keeps what is done
     data["wall_s"] = time.perf_counter() - begin

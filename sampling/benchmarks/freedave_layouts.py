@@ -25,6 +25,8 @@ from sampling.benchmarks.timing import timed
 
 
 def build_model(args):
+    """A random block-causal, token-shifted `Transformer` of the flags' size, LM head scaled by
+    `--head-scale` (peaked predictions)."""
     from flax import nnx
 
     from jaxdllm import ModelConfig, Transformer
@@ -40,6 +42,7 @@ def build_model(args):
 
 
 def main(argv=None) -> None:
+    """Time one token per step and FreeDave's two layouts per K; check they agree; write `<out>.json`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafts", default="2,4,8")
     parser.add_argument("--batch", type=int, default=4, help="prompts per generation")

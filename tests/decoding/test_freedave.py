@@ -107,6 +107,17 @@ def test_block_causal_with_the_block_cache(block_model, layout, block_length):
 
 
 @pytest.mark.slow
+def test_the_sequential_layout_is_the_reference(block_model, llada):
+    """The determinism layout: each draft a forward of the reference's shapes, one after another."""
+    ids, mask, _ = prompts([3, 7, 5], seed=11)
+    batch = jaxdllm.generate(llada[0], ids, cfg(), attention_mask=mask)
+    sequential, _ = assert_reference_output(llada[0], ids, mask, cfg(draft_layout="sequential"))
+    np.testing.assert_array_equal(sequential.nfe, batch.nfe)
+    ids, mask, _ = prompts([3, 11, 6], seed=1)
+    assert_reference_output(block_model, ids, mask, cfg(cache="block", draft_layout="sequential"))
+
+
+@pytest.mark.slow
 def test_block_causal_without_a_cache_and_the_subset_rule(block_model, llada):
     ids, mask, _ = prompts([3, 11, 6], seed=1)
     assert_reference_output(block_model, ids, mask, cfg(drafts=8))

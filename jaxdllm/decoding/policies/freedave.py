@@ -40,7 +40,7 @@ from jaxdllm.errors import ConfigError
 
 REFERENCES = ("llada", "threshold")
 MATCH_RULES = ("exact_match", "subset")
-DRAFT_LAYOUTS = ("batch", "tree")
+DRAFT_LAYOUTS = ("batch", "tree", "sequential")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +60,16 @@ class FreeDave(ConfidencePolicy):
         cache='block', one row per prompt holding the K draft windows as nodes of a tree mask over
         the shared cached prefix (`MaskSpec(kind="tree")`); a bidirectional model without a cache
         has nothing to share (every K/V depends on the whole canvas), so `tree` needs the block
-        cache. `batch` is the default: on CPU it is the faster of the two at every K measured
-        (`sampling/benchmarks/freedave_layouts.py`), since the tree's K-fold longer query row
-        attends over K-1 windows it cannot see while the batch rows' cache copies are small.
+        cache. `batch` is the default: on CPU it is as fast as `tree` at small K and faster at
+        larger K (`sampling/benchmarks/freedave_layouts.py`, `sampling/results/freedave/`). Each
+        tree node's dense attention scores the K - 1 windows it masks out and the LM head runs over
+        every node, which there costs more than the batch layout's per-step copies of the cache.
+        `sequential`: the K drafts one after another, each a forward of the reference's own shapes
+        (B rows), the role of the published code's determinism helper: where a model's numerics
+        depend on the batch shape (bf16 on CPU), the batch layout's B*K rows can round a near-tie
+        differently from the reference's B rows, and this layout gives the reference's logits bit
+        for bit. NFE counts its K forwards once, as the one forward of the other layouts (they do
+        not depend on each other); its wall time on an accelerator is K forwards'.
       confidence_eos_eot_inf: passed to the reference (EOS/EoT committed last).
     """
 
@@ -75,6 +82,8 @@ class FreeDave(ConfidencePolicy):
     method = "freedave_canvas"
 
     def check(self, config) -> None:
+        """`ConfigError` for bad settings and what FreeDave cannot reproduce (sampling, CFG, an
+        approximate cache, the tree layout without the block cache)."""
         if isinstance(self.drafts, bool) or not isinstance(self.drafts, int) or self.drafts < 1:
             raise ConfigError(f"drafts must be an integer >= 1, got {self.drafts!r} (policy 'freedave'; "
                               "the published default is 4)")
