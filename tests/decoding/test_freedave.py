@@ -73,14 +73,20 @@ def test_ragged_batch_equals_one_token_per_step_and_the_torch_port(llada, shift)
         assert int(out.nfe[i]) <= port["nfe"], i
 
 
-def test_a_row_decodes_as_alone_and_the_threshold_reference_is_reproduced(llada):
+def test_a_row_decodes_as_alone(llada):
+    ids, mask, rows = prompts([3, 7, 5], seed=11)
+    batch = jaxdllm.generate(llada[0], ids, cfg(), attention_mask=mask)
+    alone = jaxdllm.generate(llada[0], rows[1][None], cfg())
+    np.testing.assert_array_equal(batch.tokens[1, ids.shape[1]:], alone.tokens[0, len(rows[1]):])
+    np.testing.assert_array_equal(batch.commit_step[1, ids.shape[1]:], alone.commit_step[0, len(rows[1]):])
+    assert int(batch.nfe[1]) == int(alone.nfe[0])
+
+
+@pytest.mark.slow
+def test_the_threshold_reference_is_reproduced(llada):
+    """Fast-dLLM's threshold rule as the reference, exact match: its output, in fewer forwards."""
     model, _, torch_fn = llada
     ids, mask, rows = prompts([3, 7, 5], seed=11)
-    batch = jaxdllm.generate(model, ids, cfg(), attention_mask=mask)
-    alone = jaxdllm.generate(model, rows[1][None], cfg())
-    np.testing.assert_array_equal(batch.tokens[1, ids.shape[1]:], alone.tokens[0, len(rows[1]):])
-    assert int(batch.nfe[1]) == int(alone.nfe[0])
-    # Fast-dLLM's threshold rule as the reference, exact match: its output, fewer forwards
     out, _ = assert_reference_output(model, ids, mask, cfg(reference="threshold", threshold=0.9))
     for i, row in enumerate(rows):
         port = port_generate(torch_fn, torch.as_tensor(row[None], dtype=torch.long), gen_length=32, block_length=8,

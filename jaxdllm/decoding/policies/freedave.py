@@ -60,8 +60,8 @@ class FreeDave(ConfidencePolicy):
         cache='block', one row per prompt holding the K draft windows as nodes of a tree mask over
         the shared cached prefix (`MaskSpec(kind="tree")`); a bidirectional model without a cache
         has nothing to share (every K/V depends on the whole canvas), so `tree` needs the block
-        cache. `batch` is the default: on CPU it is as fast as `tree` at small K and faster at
-        larger K (`sampling/benchmarks/freedave_layouts.py`, `sampling/results/freedave/`). Each
+        cache. `batch` is the default: on CPU it was the faster of the two at every K measured
+        (`sampling/benchmarks/freedave_layouts.py`, `sampling/results/freedave/`). Each
         tree node's dense attention scores the K - 1 windows it masks out and the LM head runs over
         every node, which there costs more than the batch layout's per-step copies of the cache.
         `sequential`: the K drafts one after another, each a forward of the reference's own shapes
