@@ -228,12 +228,13 @@ class BlockCache(Cache):
         """Tokens fed per step: the model block(s) holding the decoding block."""
         return max(config.block_length, lay.block_size)
 
-    def init(self, model, canvas, view, lay, config):
+    def init(self, model, canvas, view, lay, config, extra_slots: int = 0):
         """The K/V of the prompt's whole blocks before the first decoded block, once (not a
         decoding step: not in `nfe`). The prompt tails that share the first decoded block are fed
-        with it, each step, as the published loops feed them."""
+        with it, each step, as the published loops feed them. The cache has `lay.total` slots plus
+        `extra_slots` (FreeDave's tree of drafts writes K windows past the current one)."""
         Lp = lay.decode_start
-        cache = model.init_cache(canvas.shape[0], lay.total)
+        cache = model.init_cache(canvas.shape[0], lay.total + extra_slots)
         if Lp:
             cache = model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
                           logits_slice=(Lp - 1, 1)).cache

@@ -248,6 +248,9 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     "learn2pd": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="learn2pd",
                               filter_threshold=0.96, eot_prediction=True),
     "local-leap": SamplerConfig(gen_length=256, block_length=32, policy="local_leap"),
+    # FreeDave (LLaDA): the `llada` preset's output (one token per step, blocks of 32), drafts of the next
+    # 4 steps verified per forward (the published LLaDA setting), exact match.
+    "freedave": SamplerConfig(gen_length=256, block_length=32, steps=256, policy="freedave", drafts=4),
     # Dream-v0-Instruct-7B's published generation settings (GSM8K-style): 256 tokens, 256 steps,
     # entropy ordering, greedy tokens.
     "dream": SamplerConfig(gen_length=256, block_length=256, steps=256, policy="dream", dream_alg="entropy"),

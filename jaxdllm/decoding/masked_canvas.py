@@ -31,6 +31,7 @@ class MaskedCanvas:
     """The MASK canvas (LLaDA, Dream, block diffusion)."""
 
     name = "masked_canvas"
+    block_layout = True  # block-causal models decode in the published block layout (`layout.py`)
 
     def check_config(self, config) -> None:
         if config.gen_length % config.block_length:

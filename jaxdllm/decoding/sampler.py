@@ -126,7 +126,7 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     bucket = prompt_bucket(model_config, config, prompt_len)
     answer_start = prompts = None
     lead = extra = 0
-    if model_config.attention == "block_causal" and method_of(config).name == "masked_canvas":
+    if model_config.attention == "block_causal" and getattr(method_of(config), "block_layout", False):
         lead = block_lead(model_config, config)
         # A token-shifted model reads the logit before the first decoded block: keep a block of context.
         ids, seg, answer_start = prepare_block_prompts(input_ids, attention_mask, lead, bucket, pad_id,

@@ -59,6 +59,7 @@ POLICY_SETUP = {
     "token_recycling": {"model": "causal", "config": {"choices": SMALL_TREE}},
     # uniform-noise canvases of the model's 8 tokens, at most 3 denoising steps each
     "diffusiongemma": {"model": "diffusiongemma", "config": {"block_length": 8, "max_denoising_steps": 3}},
+    "freedave": {},  # llada's output in fewer forwards (tests/decoding/test_freedave.py)
 }
 
 
@@ -204,7 +205,7 @@ def test_random_remasking_keeps_the_schedule(model):
     (dict(cache="paged"), "cache must be one of"),
     (dict(policy="greedy"), "policy must be one of"),
     (dict(policy="threshold", threshold=1.5), r"threshold must be in \(0, 1\]"),
-    (dict(threshold=0.9), r"'threshold' is a setting of policy 'threshold' / 'local_leap' / 'token_editing', not of 'llada'"),
+    (dict(threshold=0.9), r"'threshold' is a setting of policy 'threshold' / 'local_leap' / 'token_editing' / 'freedave', not of 'llada'"),
     (dict(policy="entropy", remasking="random"), r"'remasking' is a setting of policy 'llada' / 'prophet'"),
     (dict(cfg_scale=1.0, cache="dual"), "cfg_scale > 0 is supported with cache='none' only"),
 ])

@@ -17,6 +17,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
 | `medusa`, `bpd` | Medusa, blockwise parallel decoding | a tree of trained heads' top-k (BPD: a top-1 chain), greedy or typical acceptance |
 | `token_recycling` | Token Recycling | a tree from a table of each token's last top-k successors |
+| `freedave` | FreeDave | drafts of the next k steps verified in one forward: a greedy sampler's output, fewer forwards (`freedave_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
 `jacobi`, `lookahead`, `medusa`, `bpd` and `token_recycling` are draft-and-verify policies
@@ -35,6 +36,7 @@ from jaxdllm.decoding.policies.dream import Dream, dream_timesteps
 from jaxdllm.decoding.policies.entropy import Entropy
 from jaxdllm.decoding.policies.entropy_bound import EntropyBound, entropy_bound_accept
 from jaxdllm.decoding.policies.factor import Factor
+from jaxdllm.decoding.policies.freedave import FreeDave
 from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
@@ -52,12 +54,13 @@ register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(p
 policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
-             Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling):
+             Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave):
     register_policy(_cls)
 
 
-__all__ = ["Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy", "EntropyBound", "Factor",
-           "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap", "Lookahead", "Medusa", "Bpd", "TokenRecycling", "POLICIES", "Policy", "Prophet",
+__all__ = ["Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
+           "EntropyBound", "Factor", "FreeDave", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
+           "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "TokenRecycling",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
            "token_confidence", "token_entropy"]
