@@ -56,6 +56,26 @@ def pytest_runtest_setup(item):
                     + f"; unset XLA_FLAGS or give {_DEVICE_FLAG}={MESH_DEVICES}", pytrace=False)
 
 
+# The slow run's longest tests (measured, 2 workers: each 1-6 min), started first so the two
+# workers share them instead of one finishing alone while the other runs a late long test. The
+# order only schedules; every test runs. A notebook's second working folder comes later, after
+# its first run has filled the compilation cache.
+LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-root]",
+                 "tests/eval/test_eval.py::test_eval_reproduces_the_whole_card",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-root]",
+                 "tests/test_readme.py::test_readme_python_blocks_run",
+                 "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
+                 "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-colab]",
+                 "tests/test_shipped_model.py::test_chain_models_match_their_cards")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
+
+
 def _torch_missing() -> bool:
     try:
         import torch  # noqa: F401
