@@ -154,7 +154,6 @@ class Seen(NamedTuple):
       verdict: the step's `Accepted`.
       params: the policy's own parameters (`needs_params`), else None.
       unembed: the model's LM head (`Transformer.unembed`).
-      key: the step's PRNG key.
     """
 
     ids: jax.Array
@@ -163,7 +162,6 @@ class Seen(NamedTuple):
     verdict: Accepted
     params: Any
     unembed: Any
-    key: jax.Array
 
 
 def exact_prefix(tokens: jax.Array, draft: jax.Array) -> jax.Array:
@@ -280,17 +278,15 @@ def tree_accept(mask_tree: tuple[int, ...], nodes: jax.Array, predictions: jax.A
       bonus: `[B, 1 + N]` the token committed after each node if it ends the path (default:
         `predictions`; typical acceptance samples it).
     """
-    depth = jnp.asarray(tree_depths(mask_tree))
-    n, w = len(mask_tree), int(tree_depths(mask_tree).max()) + 1
+    depths = tree_depths(mask_tree)
+    depth = jnp.asarray(depths)
+    n, w = len(mask_tree), int(depths.max()) + 1
     best = jnp.argmax(jnp.where(verified, depth * n - jnp.arange(n), -1), axis=1).astype(jnp.int32)
     # Ancestors of every node by depth: `above[node, d]` is its ancestor at depth d + 1 (itself at its own).
-    ancestry = tree_ancestry(mask_tree)
-    d_np = tree_depths(mask_tree)
     above = np.zeros((n, max(w - 1, 1)), np.int32)
-    for node in range(n):
-        for a in np.nonzero(ancestry[node])[0]:
-            if d_np[a] >= 1:
-                above[node, d_np[a] - 1] = a
+    for node, a in zip(*np.nonzero(tree_ancestry(mask_tree))):
+        if depths[a] >= 1:
+            above[node, depths[a] - 1] = a
     path = jnp.asarray(above)[best][:, :w - 1]                                   # [B, W - 1]
     fed = jnp.concatenate([jnp.zeros_like(nodes[:, :1]), nodes], 1)              # [B, 1 + N]
     after = predictions if bonus is None else bonus
