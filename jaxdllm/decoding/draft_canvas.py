@@ -3,8 +3,7 @@ Token Recycling, any `DraftVerifyPolicy`). The answer starts as a draft; each st
 row's verification layout (`policies/draft_verify.py`) in one forward under
 `MaskSpec(kind="lookahead")` (branches) or `MaskSpec(kind="tree")` (a token tree) and accepts the
 longest verified prefix. The engine calls only the policy's `layout`, `in_flight_end`, `start`,
-`for_model`, `propose`, `accept` and `update` (and `seed` after the prefill, for policies that
-read hidden states).
+`for_model`, `seed` (after the prefill), `propose`, `accept` and `update`.
 
 Rows move independently: a row's layout starts at its last decided token (whose prediction is
 the first undecided position), so each row reads and writes the exact KV cache at its own offset
@@ -71,8 +70,9 @@ class DraftCanvas:
         out = model(prompt, view.positions[:, :lp], lay.mask(view.seg[:, :lp]), cache,
                     logits_slice=(before, lp - before) if reads_hidden else (lp - 1, 1), return_hidden=reads_hidden)
         cache = out.cache
-        if reads_hidden:
-            policy_state = config.policy.seed(policy_state, out.hidden[:, 0], policy_params, model.unembed)
+        hidden = out.hidden[:, 0] if reads_hidden else None
+        policy_state = _call(config.policy.seed, policy_state, hidden, policy_params, model.unembed,
+                             temperature=config.temperature)
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,
                                  max_trajectory=config.max_trajectory)
 
@@ -131,10 +131,9 @@ class DraftCanvas:
             source = start + 1 + e + verdict.branch * shape.branch_len
             cache = cache.move_slots(source, start + 1, shape.branch_len)
         active = candidates.any(1)
-        seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed)
-        learns = "seen" in inspect.signature(policy.update).parameters  # an older `update` takes no `seen`
-        policy_state = policy.update(state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens, active,
-                                     **({"seen": seen} if learns else {}))
+        seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed, config.temperature)
+        policy_state = _call(policy.update, state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens,
+                             active, seen=seen)
         nfe = state.nfe + active.astype(jnp.int32)
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=policy_state),
                               first, commit, verdict.tokens, nfe,
@@ -143,6 +142,13 @@ class DraftCanvas:
             state = stop_at_eos(state, lay.eos_id, view.answer)
         state = state.replace(done=state.done | ~state.undecided.any(1))
         return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+
+
+def _call(fn, *args, **optional):
+    """`fn(*args, **optional)`, passing only the keywords `fn` names (a policy written before a
+    keyword was added to the interface runs unchanged)."""
+    named = inspect.signature(fn).parameters
+    return fn(*args, **{k: v for k, v in optional.items() if k in named})
 
 
 def _with_batch(cache: KVCache, fn) -> KVCache:

@@ -17,6 +17,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `lookahead` | Lookahead decoding | n-grams from a 2-D Jacobi window, verified in the same forward |
 | `medusa`, `bpd` | Medusa, blockwise parallel decoding | a tree of trained heads' top-k (BPD: a top-1 chain), greedy or typical acceptance |
 | `token_recycling` | Token Recycling | a tree from a table of each token's last top-k successors |
+| `spec_diffusion` | SpecDiff, DiffuSpec | a masked-diffusion drafter (a second model in the loop) drafts, the causal model verifies: greedy or speculative sampling |
 | `freedave` | FreeDave | drafts of the next k steps verified in one forward: a greedy sampler's output, fewer forwards (`freedave_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
@@ -44,6 +45,7 @@ from jaxdllm.decoding.policies.lookahead import Lookahead
 from jaxdllm.decoding.policies.medusa import Bpd, Medusa
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
+from jaxdllm.decoding.policies.spec_diffusion import SpecDiffusion
 from jaxdllm.decoding.policies.threshold import Threshold
 from jaxdllm.decoding.policies.token_editing import TokenEditing
 from jaxdllm.decoding.policies.token_recycling import TokenRecycling
@@ -54,13 +56,14 @@ register_policy = POLICIES.register  # makes `cls` selectable as SamplerConfig(p
 policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
-             Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave):
+             Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave,
+             SpecDiffusion):
     register_policy(_cls)
 
 
 __all__ = ["Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
            "EntropyBound", "Factor", "FreeDave", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
-           "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "TokenRecycling",
+           "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
            "token_confidence", "token_entropy"]

@@ -115,12 +115,15 @@ class Proposal(NamedTuple):
       branches: `[B, C, branch_len]` int32 drafts to verify.
       valid: `[B, C]` bool; an invalid branch is fed but never accepted.
       nodes: `[B, N]` int32 tokens of a tree layout's nodes (None for branch layouts).
+      draft_probs: `[B, N, V]` float32 the distribution each node's token was drawn from, for
+        sampling acceptance rules (None when drafts are not sampled).
     """
 
     lookahead: jax.Array
     branches: jax.Array
     valid: jax.Array
     nodes: jax.Array | None = None
+    draft_probs: jax.Array | None = None
 
 
 class Accepted(NamedTuple):
@@ -154,6 +157,7 @@ class Seen(NamedTuple):
       verdict: the step's `Accepted`.
       params: the policy's own parameters (`needs_params`), else None.
       unembed: the model's LM head (`Transformer.unembed`).
+      temperature: the sampler's temperature (a Python float).
     """
 
     ids: jax.Array
@@ -162,6 +166,7 @@ class Seen(NamedTuple):
     verdict: Accepted
     params: Any
     unembed: Any
+    temperature: float = 0.0
 
 
 def exact_prefix(tokens: jax.Array, draft: jax.Array) -> jax.Array:
@@ -226,9 +231,11 @@ class DraftVerifyPolicy(Policy):
         and what the forward computed (`seen`; passed to an `update` that names the argument)."""
         return state
 
-    def seed(self, state, hidden: jax.Array, params, unembed):
-        """The carry after the prompt's prefill, for policies with `reads_hidden`: `hidden [B, D]`
-        is the final-normed hidden state of the token before the last prompt token."""
+    def seed(self, state, hidden: jax.Array | None, params, unembed, temperature: float = 0.0):
+        """The carry after the prompt's prefill (it may differ in structure from `start`'s: the
+        loop starts here). `hidden [B, D]`: for policies with `reads_hidden`, the final-normed
+        hidden state of the token before the last prompt token, else None; `params`: the policy's
+        own parameters; `temperature`: the sampler's."""
         return state
 
 
