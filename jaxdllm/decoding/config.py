@@ -284,4 +284,15 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     "bpd": SamplerConfig(gen_length=256, policy="bpd", stop_at_eos=True),
     # Token Recycling: the published 80-node tree drafted from each row's table of every token's last top-8.
     "token-recycling": SamplerConfig(gen_length=256, policy="token_recycling", stop_at_eos=True),
+    # A masked-diffusion drafter (the model's companions.json names it) drafts 8 tokens, 4 per drafter
+    # forward, left to right, with the adaptive draft length; the causal model verifies them in one
+    # forward: greedy (its greedy output) or, at temperature > 0, speculative sampling (its distribution).
+    "specdiff": SamplerConfig(gen_length=256, policy="spec_diffusion", gamma=8, tokens_per_step=4, stop_at_eos=True),
+    # DiffuSpec's lattice drafts: one drafter forward, 4 beams over each position's top tokens (mass 0.9,
+    # at most 4), verified as sibling chains (greedy).
+    "diffuspec": SamplerConfig(gen_length=256, policy="spec_diffusion", gamma=8, tokens_per_step=8, beams=4,
+                               stop_at_eos=True),
+    # APD: a diffusion model's left-to-right drafts of up to 16 tokens, committed while they match the
+    # mixture with a small causal model (companions.json names it) at R = 0.7.
+    "apd": SamplerConfig(gen_length=256, policy="apd", mix=0.7, kv_window=16, draft_window=16, stop_at_eos=True),
 }

@@ -131,7 +131,7 @@ class DraftCanvas:
             source = start + 1 + e + verdict.branch * shape.branch_len
             cache = cache.move_slots(source, start + 1, shape.branch_len)
         active = candidates.any(1)
-        seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed, config.temperature)
+        seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed, config.temperature, lay)
         policy_state = _call(policy.update, state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens,
                              active, seen=seen)
         nfe = state.nfe + active.astype(jnp.int32)

@@ -28,10 +28,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.attention import MaskSpec
+from jaxdllm.checkpoint.hf_io import COMPANIONS_FILE
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
-
-COMPANIONS_FILE = "companions.json"
 
 
 def window_mask(start, length: int, seg=None) -> MaskSpec:

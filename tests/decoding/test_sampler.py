@@ -60,6 +60,13 @@ POLICY_SETUP = {
     # uniform-noise canvases of the model's 8 tokens, at most 3 denoising steps each
     "diffusiongemma": {"model": "diffusiongemma", "config": {"block_length": 8, "max_denoising_steps": 3}},
     "freedave": {},  # llada's output in fewer forwards (tests/decoding/test_freedave.py)
+    # second models in the loop (tests/decoding/test_second_model.py): a masked-diffusion drafter of the
+    # causal model's vocabulary; a small causal verifier of the LLaDA model's
+    "spec_diffusion": {"model": "causal", "params": lambda: tiny_model("tiny-llada", seed=1, shared=True),
+                       "config": {"gamma": 3, "tokens_per_step": 2}},
+    "apd": {"params": lambda: tiny_model("tiny-qwen2", vocab_size=130, eos_token_id=127, pad_token_id=127,
+                                         bos_token_id=127, shared=True),
+            "config": {"draft_window": 4, "kv_window": 2}},
 }
 
 

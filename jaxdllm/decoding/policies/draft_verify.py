@@ -158,6 +158,7 @@ class Seen(NamedTuple):
       params: the policy's own parameters (`needs_params`), else None.
       unembed: the model's LM head (`Transformer.unembed`).
       temperature: the sampler's temperature (a Python float).
+      lay: the generation's static `Layout` (prompt length, canvas length).
     """
 
     ids: jax.Array
@@ -167,6 +168,7 @@ class Seen(NamedTuple):
     params: Any
     unembed: Any
     temperature: float = 0.0
+    lay: Any = None
 
 
 def exact_prefix(tokens: jax.Array, draft: jax.Array) -> jax.Array:

@@ -132,11 +132,11 @@ class SpecDiffusion(TreeDraftPolicy):
                               f"attention {params.config.attention!r} and mask_token_id {params.config.mask_token_id}")
         prompt, seg = state.prompt, state.seg
         b, lp = prompt.shape
-        width = self.layout(0).accept_width
-        cache = params.init_cache(b, lp + state.gen_length + width + self.gamma)
+        g = state.gen_length
+        cache = params.init_cache(b, lp + g + self.layout(0).accept_width + g)
         pad = (lp - seg.sum(1)).astype(jnp.int32)
-        tokens = jnp.concatenate([prompt, jnp.zeros((b, self.gamma), prompt.dtype)], 1).astype(jnp.int32)
-        window_seg = jnp.concatenate([seg, jnp.ones((b, self.gamma), seg.dtype)], 1).astype(jnp.int32)
+        tokens = jnp.concatenate([prompt, jnp.zeros((b, g), prompt.dtype)], 1).astype(jnp.int32)
+        window_seg = jnp.concatenate([seg, jnp.ones((b, g), seg.dtype)], 1).astype(jnp.int32)
         start = jnp.zeros((b,), jnp.int32)
         decided = jnp.full((b,), lp, jnp.int32)
         lengths = jnp.full((b,), self.gamma, jnp.int32)
@@ -167,9 +167,11 @@ class SpecDiffusion(TreeDraftPolicy):
         mean = jnp.where(active, 0.5 * state.mean_accepted + 0.5 * accepted, state.mean_accepted)
         lengths = self._lengths(mean)
         b, w = tokens.shape
-        window = jnp.concatenate([tokens, jnp.zeros((b, self.gamma), jnp.int32)], 1)
+        lay = seen.lay
+        window = jnp.concatenate([tokens, jnp.zeros((b, lay.total - lay.prompt_len), jnp.int32)], 1)
+        inside = (state.end[:, None] + jnp.arange(window.shape[1])[None] < lay.total).astype(jnp.int32)
         key = jax.random.fold_in(state.key, 0)
-        cache, nodes, valid, probs = self._draft(seen.params, state.cache, window, jnp.ones_like(window), state.end,
+        cache, nodes, valid, probs = self._draft(seen.params, state.cache, window, inside, state.end,
                                                  jnp.maximum(decided, 1), state.pad, lengths, key, seen.temperature)
         keep = active[:, None]
         return SpecState(cache, jnp.where(active, state.end + decided, state.end), state.pad,
