@@ -181,7 +181,7 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
                 name, gen_length=defaults.gen_length, block_length=defaults.block_length))
             assert tok.answers(out)[::2] == ANSWERS[::2], name  # it knows copy and reverse, not sort
             continue
-        diffusion = published.policy.method in ("masked_canvas", "freedave_canvas")
+        diffusion = published.policy.method in ("masked_canvas", "freedave_canvas", "apd_canvas")
         model, tok, defaults = llada if diffusion else qwen
         batch = tok(list(PROMPTS.values()))
         config = SamplerConfig.preset(name, gen_length=defaults.gen_length)

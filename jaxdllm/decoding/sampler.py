@@ -39,6 +39,7 @@ class GenerateResult(NamedTuple):
     steps: int                # loop iterations (forwards of the whole batch)
     initial: np.ndarray | None = None  # [B, Lp + G] the canvas before the first step, with a trajectory
     prompt_len: int = 0       # Lp, the width of the prompts as passed: the answer starts at this column
+    drafter_forwards: np.ndarray | None = None  # [B] a drafting second model's forwards (`spec_diffusion`)
 
     @property
     def generated(self) -> np.ndarray:
@@ -372,10 +373,12 @@ def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
     if p.answer_start is not None:
         return _block_layout_result(canvas, commit_step, nfe, trajectory, steps, initial, p, config)
     r, e = p.rows, p.extra
+    drafter = getattr(state.policy_state, "drafter_forwards", None)
     return GenerateResult(tokens=canvas[:r, e:], nfe=nfe[:r], commit_step=commit_step[:r, e:],
                           trajectory=trajectory[:r, :, e:] if config.max_trajectory else None, steps=int(steps),
                           initial=initial[:r, e:] if config.max_trajectory else None,
-                          prompt_len=canvas.shape[1] - e - config.gen_length)
+                          prompt_len=canvas.shape[1] - e - config.gen_length,
+                          drafter_forwards=None if drafter is None else _host(drafter)[:r])
 
 
 def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,

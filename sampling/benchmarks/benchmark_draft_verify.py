@@ -9,8 +9,14 @@ Samplers (all greedy and exact: each gives AR's tokens, which the script checks 
   medusa                the `medusa` preset: the published 63-node tree over the model's Medusa heads
   bpd                   blockwise parallel decoding on the same heads (a chain of their top-1)
   token-recycling       the `token-recycling` preset (a 64-node tree from each row's top-8 table)
+  specdiff              the `specdiff` preset: a masked-diffusion drafter (a second model in the loop)
+                        drafts 8 tokens, 4 per drafter forward, adaptive length
+  specdiff-1fwd         the same with all 8 drafted in one drafter forward
+  diffuspec             the `diffuspec` preset: 4 beams over one drafter forward's lattice
 
-Medusa and BPD run where the model has heads beside it (`medusa_heads.safetensors`).
+Medusa and BPD run where the model has heads beside it (`medusa_heads.safetensors`), the drafter
+rows where its `companions.json` names a drafter. Drafter rows also report the drafter's forwards
+per target forward.
 
 For each model and task: answer tokens per forward over `--n-prompts` held-out prompts per task
 (decoded as one batch per task group), and tokens/s of the whole decoding at batch 1 (one prompt
@@ -34,7 +40,7 @@ from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
-from jaxdllm.decoding.policies.medusa import HEADS_FILE
+from jaxdllm.errors import ConfigError
 from jaxdllm.tokenizer import Tokenizer, answer_length
 from sampling.benchmarks.report import write_report
 from sampling.benchmarks.timing import timed
@@ -53,7 +59,10 @@ def samplers() -> dict[str, SamplerConfig]:
             "lookahead+prompt": SamplerConfig.preset("lookahead", gen_length=g, pool_from_prompt=True),
             "medusa": SamplerConfig.preset("medusa", gen_length=g),
             "bpd": SamplerConfig.preset("bpd", gen_length=g),
-            "token-recycling": SamplerConfig.preset("token-recycling", gen_length=g)}
+            "token-recycling": SamplerConfig.preset("token-recycling", gen_length=g),
+            "specdiff": SamplerConfig.preset("specdiff", gen_length=g),
+            "specdiff-1fwd": SamplerConfig.preset("specdiff", gen_length=g, tokens_per_step=8),
+            "diffuspec": SamplerConfig.preset("diffuspec", gen_length=g)}
 
 
 def answers(tokens: np.ndarray, width: int, eos: int) -> list[list[int]]:
@@ -72,9 +81,10 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
         singles = [next(i for i, e in enumerate(examples) if e.task == t) for t in tasks]
         reference = None
         for name, config in samplers().items():
-            if config.policy.needs_params and not (model_dir / HEADS_FILE).is_file():
-                continue  # no heads beside this model
-            params = jaxdllm.policy_params(model_dir, config)
+            try:
+                params = jaxdllm.policy_params(model_dir, config)
+            except ConfigError:
+                continue  # no heads, or no drafter, beside this model
             run = lambda lo, hi: jaxdllm.generate(model, ids[lo:hi], config, attention_mask=mask[lo:hi],  # noqa: E731
                                                   policy_params=params)
             res = run(0, len(ids))  # every prompt of the group: the tokens and forwards
@@ -96,8 +106,10 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
                 per_task[task] = dict(tokens_per_forward=tokens / float(nfe[rows].sum()),
                                       forwards_per_answer=float(nfe[rows].mean()))
             tokens = sum(len(a) for a in got)
+            drafter = None if res.drafter_forwards is None else float(res.drafter_forwards.sum() / nfe.sum())
             out.append(dict(model=model_dir.name, tasks=group, sampler=name, rows=len(examples),
                             tokens_per_forward=tokens / float(nfe.sum()), per_task=per_task,
+                            drafter_forwards_per_forward=drafter,
                             tokens_fed_per_forward=_fed(config),
                             batch8_tok_s=batch_tokens / batch_s, batch1_tok_s=single_tokens / single_s,
                             same_as_ar=sum(a == b for a, b in zip(got, reference)) / len(got)))

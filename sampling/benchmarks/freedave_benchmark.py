@@ -61,8 +61,12 @@ def forward_profile(commit_step: np.ndarray, nfe: np.ndarray) -> dict:
 
 
 def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], sequential: list[int], batch_size: int,
-              log=print) -> dict:
+              log=print, settings_of=None, params_of=None) -> dict:
     """Every setting on `n` held-out prompts of each task of `tasks_spec` for shipped model `name`.
+
+    `settings_of(defaults) -> {label: SamplerConfig}` replaces FreeDave's settings (the first label
+    is the reference the others are compared with: one token per step); `params_of(label, config)`
+    gives a setting's `policy_params` (default None).
 
     Returns `{"canvas", "settings", "results": {label: {task: row, "mean": row}}}`; a row holds
     `accuracy`, `mean_nfe`, `identical_to_one_token_per_step`, `answer_tokens_per_forward`,
@@ -75,17 +79,20 @@ def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], sequential:
 
     model, tok, defaults = jaxdllm.load(name)
     eos = model.config.eos_token_id
-    configs = settings(defaults, drafts, sequential)
+    configs = settings_of(defaults) if settings_of else settings(defaults, drafts, sequential)
+    reference = next(iter(configs))
     out = {"canvas": {"gen_length": defaults.gen_length, "block_length": defaults.block_length},
            "settings": {label: repr(c) for label, c in configs.items()}, "results": {}}
     reference_tokens: dict[str, np.ndarray] = {}
     for label, config in configs.items():
         rows = {}
+        params = params_of(label, config) if params_of else None
         for task in resolve_tasks(tasks_spec):
             items = task.items(n, 1234)
             prompts = [task.encode(tok, item) for item in items]
             tokens, nfe, steps, seconds, answer, warm_answer = [], [], [], 0.0, [], 0
-            for batch in decode_batches(model, prompts, config, batch_size=batch_size, same_shape=True):
+            for batch in decode_batches(model, prompts, config, batch_size=batch_size, same_shape=True,
+                                        policy_params=params):
                 got = batch.tokens[:batch.size]
                 tokens.append(got)
                 nfe.append(np.asarray(batch.result.nfe[:batch.size]))
@@ -98,7 +105,7 @@ def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], sequential:
                     warm_answer += sum(lengths)
             tokens, nfe, steps = np.concatenate(tokens), np.concatenate(nfe), np.concatenate(steps)
             correct = [task.score(item, decode_response(tok, row, eos)) for item, row in zip(items, tokens)]
-            if label.startswith("llada"):
+            if label == reference:
                 reference_tokens[task.name] = tokens
             row = {"n": len(items), "accuracy": float(np.mean(correct)), "mean_nfe": float(nfe.mean()),
                    "identical_to_one_token_per_step": float((tokens == reference_tokens[task.name]).all(1).mean()),
@@ -115,7 +122,7 @@ def run_model(name: str, tasks_spec: str, n: int, drafts: list[int], sequential:
         speeds = [r["tokens_per_s"] for t, r in rows.items() if t != "mean" and r["tokens_per_s"]]
         rows["mean"]["tokens_per_s"] = float(np.mean(speeds)) if speeds else None
         out["results"][label] = rows
-    base = out["results"]["llada (1 token/step)"]["mean"]["mean_nfe"]
+    base = out["results"][reference]["mean"]["mean_nfe"]
     for rows in out["results"].values():
         rows["mean"]["fewer_forwards"] = base / rows["mean"]["mean_nfe"]
     return out

@@ -66,6 +66,7 @@ class SpecState(NamedTuple):
       probs: `[B, gamma, V]` float32 the drafter's distribution each chain-0 token was drawn from.
       mean_accepted: `[B]` float32 running average of accepted draft tokens (`adaptive`).
       key: PRNG key of the drafter's draws.
+      drafter_forwards: `[B]` int32 drafter forwards each row took part in (the prefill's included).
     """
 
     cache: Any
@@ -76,6 +77,7 @@ class SpecState(NamedTuple):
     probs: jax.Array
     mean_accepted: jax.Array
     key: jax.Array
+    drafter_forwards: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,10 +142,10 @@ class SpecDiffusion(TreeDraftPolicy):
         start = jnp.zeros((b,), jnp.int32)
         decided = jnp.full((b,), lp, jnp.int32)
         lengths = jnp.full((b,), self.gamma, jnp.int32)
-        cache, nodes, valid, probs = self._draft(params, cache, tokens, window_seg, start, decided, pad, lengths,
-                                                 state.key, temperature)
+        cache, nodes, valid, probs, forwards = self._draft(params, cache, tokens, window_seg, start, decided, pad,
+                                                           lengths, state.key, temperature)
         return SpecState(cache, decided, pad, nodes, valid, probs, jnp.full((b,), float(self.gamma), jnp.float32),
-                         jax.random.fold_in(state.key, 1))
+                         jax.random.fold_in(state.key, 1), jnp.full((b,), forwards, jnp.int32))
 
     def propose(self, state: SpecState, last, draft):
         b = last.shape[0]
@@ -171,12 +173,13 @@ class SpecDiffusion(TreeDraftPolicy):
         window = jnp.concatenate([tokens, jnp.zeros((b, lay.total - lay.prompt_len), jnp.int32)], 1)
         inside = (state.end[:, None] + jnp.arange(window.shape[1])[None] < lay.total).astype(jnp.int32)
         key = jax.random.fold_in(state.key, 0)
-        cache, nodes, valid, probs = self._draft(seen.params, state.cache, window, inside, state.end,
+        cache, nodes, valid, probs, forwards = self._draft(seen.params, state.cache, window, inside, state.end,
                                                  jnp.maximum(decided, 1), state.pad, lengths, key, seen.temperature)
         keep = active[:, None]
         return SpecState(cache, jnp.where(active, state.end + decided, state.end), state.pad,
                          jnp.where(keep, nodes, state.nodes), jnp.where(keep, valid, state.valid),
-                         jnp.where(keep[..., None], probs, state.probs), mean, jax.random.fold_in(state.key, 1))
+                         jnp.where(keep[..., None], probs, state.probs), mean, jax.random.fold_in(state.key, 1),
+                         state.drafter_forwards + jnp.where(active, forwards, 0))
 
     def _lengths(self, mean):
         """`[B]` int32 each row's next draft length."""
@@ -187,7 +190,8 @@ class SpecDiffusion(TreeDraftPolicy):
     def _draft(self, drafter, cache, tokens, seg, start, decided, pad, lengths, key, temperature):
         """Unmask the `gamma` positions after each row's `decided [B]` tokens of the window
         `tokens [B, L]` (written at slot `start [B]`), left to right, `tokens_per_step` per forward.
-        Returns `(cache, nodes [B, N], valid [B, N], probs [B, gamma, V])`."""
+        Returns `(cache, nodes [B, N], valid [B, N], probs [B, gamma, V], forwards)`, forwards the
+        drafter forwards run (an int32 scalar)."""
         b, length = tokens.shape
         g, chunk, shift = self.gamma, self.tokens_per_step, int(drafter.config.shift_logits)
         mask_id = drafter.config.mask_token_id
@@ -220,12 +224,13 @@ class SpecDiffusion(TreeDraftPolicy):
             chains, chain_ok = lattice_beams(jax.nn.log_softmax(at, -1), self.beams, self.lattice_top,
                                              self.lattice_mass)
             within = jnp.arange(g)[None] < lengths[:, None]
-            return cache, chains.reshape(b, -1), (chain_ok[..., None] & within[:, None]).reshape(b, -1), probs
+            return (cache, chains.reshape(b, -1), (chain_ok[..., None] & within[:, None]).reshape(b, -1), probs,
+                    jnp.int32(1))
         carry = (canvas, cache, draft, probs)
         for r in range(-(-g // chunk)):  # rounds the longest row does not need are skipped (no inner loop)
             carry = jax.lax.cond(r < rounds, lambda c, r=r: one_round(r, c)[:4], lambda c: c, carry)
         _, cache, draft, probs = carry
-        return cache, draft, jnp.arange(g)[None] < lengths[:, None], probs
+        return cache, draft, jnp.arange(g)[None] < lengths[:, None], probs, rounds.astype(jnp.int32)
 
 
 def speculative_accept(mask_tree, nodes, valid, draft_probs, logits, candidates, key, temperature):
