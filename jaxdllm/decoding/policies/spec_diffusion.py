@@ -4,8 +4,10 @@ et al., NAACL 2025; DiffuSpec's lattice drafts and adaptive length), on the draf
 Each step the causal model (the target) verifies a draft of `gamma` tokens in one forward, as a
 token tree (`TreeDraftPolicy`): one chain, or `beams` chains. The drafter is a second model in the
 loop (`policy_params`, its own KV cache in the carry; `decoding/second_model.py`): after every
-step it reads the tokens the step decided and the next `gamma` positions as MASK, in one window
-after its cached prefix, and unmasks them left to right, `tokens_per_step` per drafter forward.
+step it reads the tokens the step decided and the rest of the canvas as MASK (as a masked-diffusion
+model is trained to see an answer) in one window after its cached prefix, and unmasks the next
+`gamma` positions, `tokens_per_step` per drafter forward: the most confident first at temperature
+0 (as its own sampler would), left to right when sampling.
 
 * Greedy (temperature 0): the deepest chain node whose tokens all equal the target's argmax wins,
   plus the argmax after it; the output equals the target's greedy decoding token for token.
@@ -14,8 +16,9 @@ after its cached prefix, and unmasks them left to right, `tokens_per_step` per d
   target's softmax(logits / T); at the first rejection the token is drawn from
   norm(max(p_i - q_i, 0)) and the step ends; when every draft token is accepted, one more is drawn
   from p. The output follows the target's own sampling distribution exactly. Exactness needs
-  each draft token's law given the tokens before it to be the q used: the drafter unmasks left to
-  right, so a token is drawn given the tokens left of it (and independently of its chunk).
+  each draft token's law given the tokens before it to be the q used: when sampling, the drafter
+  unmasks left to right, so a token is drawn given the tokens left of it (and independently of the
+  others of its chunk).
 * `beams` > 1 (DiffuSpec's lattice, greedy only): one drafter forward over all `gamma` positions;
   each position keeps its smallest top set with probability mass >= `lattice_mass` (at most
   `lattice_top` tokens); a beam search scored by the drafter's log-probabilities keeps the `beams`
@@ -38,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdllm.decoding.policies.base import in_unit_interval
+from jaxdllm.decoding.policies.base import in_unit_interval, rank_among
 from jaxdllm.decoding.policies.draft_verify import Proposal, TreeDraftPolicy, tree_accept, tree_verified
 from jaxdllm.decoding.second_model import check_second_model, load_companion, row_forward, window_mask
 from jaxdllm.errors import ConfigError
@@ -189,7 +192,8 @@ class SpecDiffusion(TreeDraftPolicy):
 
     def _draft(self, drafter, cache, tokens, seg, start, decided, pad, lengths, key, temperature):
         """Unmask the `gamma` positions after each row's `decided [B]` tokens of the window
-        `tokens [B, L]` (written at slot `start [B]`), left to right, `tokens_per_step` per forward.
+        `tokens [B, L]` (written at slot `start [B]`), `tokens_per_step` per forward: the most
+        confident first at temperature 0, left to right when sampling.
         Returns `(cache, nodes [B, N], valid [B, N], probs [B, gamma, V], forwards)`, forwards the
         drafter forwards run (an int32 scalar)."""
         b, length = tokens.shape
@@ -202,34 +206,38 @@ class SpecDiffusion(TreeDraftPolicy):
         rounds = jnp.max(-(-lengths // chunk))                                           # the longest row's forwards
 
         def one_round(r, carry):
-            canvas, cache, draft, probs = carry
+            canvas, cache, draft, probs, open_ = carry
             logits, cache = row_forward(drafter, canvas, positions, start, cache, window_mask, seg)
             at = jnp.take_along_axis(logits, (draft_cols - shift)[..., None], axis=1)      # [B, gamma, V]
-            here = (jnp.arange(g) >= r * chunk) & (jnp.arange(g) < (r + 1) * chunk)
-            if temperature == 0:
+            if temperature == 0:  # the most confident masked positions, as the drafter's own sampler
                 drawn, p = jnp.argmax(at, -1).astype(jnp.int32), jax.nn.softmax(at, -1)
-            else:
+                wanted = open_ & (jnp.arange(g)[None] < lengths[:, None])
+                score = jnp.where(wanted, p.max(-1), jnp.where(open_, -1.0, -2.0))
+                here = (rank_among(score, jnp.ones_like(open_)) < chunk) & open_
+            else:  # left to right: each token drawn given the tokens before it (exact speculative sampling)
                 p = jax.nn.softmax(at / temperature, -1)
                 drawn = jax.random.categorical(jax.random.fold_in(key, r), at / temperature).astype(jnp.int32)
-            draft = jnp.where(here[None], drawn, draft)
-            probs = jnp.where(here[None, :, None], p, probs)
+                here = jnp.broadcast_to((jnp.arange(g) >= r * chunk) & (jnp.arange(g) < (r + 1) * chunk), open_.shape)
+            draft = jnp.where(here, drawn, draft)
+            probs = jnp.where(here[..., None], p, probs)
             put = jnp.zeros_like(canvas).at[jnp.arange(b)[:, None], draft_cols].set(draft, mode="drop")
-            filled = jnp.zeros(canvas.shape, bool).at[jnp.arange(b)[:, None], draft_cols].set(here[None], mode="drop")
-            return jnp.where(filled, put, canvas), cache, draft, probs, at
+            filled = jnp.zeros(canvas.shape, bool).at[jnp.arange(b)[:, None], draft_cols].set(here, mode="drop")
+            return jnp.where(filled, put, canvas), cache, draft, probs, open_ & ~here, at
 
         draft = jnp.zeros((b, g), jnp.int32)
         probs = jnp.zeros((b, g, drafter.config.vocab_size), jnp.float32)
+        open_ = jnp.ones((b, g), bool)
         if self.beams > 1:
-            _, cache, draft, probs, at = one_round(0, (canvas, cache, draft, probs))
+            _, cache, draft, probs, _, at = one_round(0, (canvas, cache, draft, probs, open_))
             chains, chain_ok = lattice_beams(jax.nn.log_softmax(at, -1), self.beams, self.lattice_top,
                                              self.lattice_mass)
             within = jnp.arange(g)[None] < lengths[:, None]
             return (cache, chains.reshape(b, -1), (chain_ok[..., None] & within[:, None]).reshape(b, -1), probs,
                     jnp.int32(1))
-        carry = (canvas, cache, draft, probs)
+        carry = (canvas, cache, draft, probs, open_)
         for r in range(-(-g // chunk)):  # rounds the longest row does not need are skipped (no inner loop)
-            carry = jax.lax.cond(r < rounds, lambda c, r=r: one_round(r, c)[:4], lambda c: c, carry)
-        _, cache, draft, probs = carry
+            carry = jax.lax.cond(r < rounds, lambda c, r=r: one_round(r, c)[:5], lambda c: c, carry)
+        _, cache, draft, probs, _ = carry
         return cache, draft, jnp.arange(g)[None] < lengths[:, None], probs, rounds.astype(jnp.int32)
 
 
