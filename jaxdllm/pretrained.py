@@ -115,17 +115,23 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     return base.replace(**overrides) if overrides else base
 
 
-def policy_params(path: str | os.PathLike, config: SamplerConfig):
-    """The parameters `config`'s policy reads, saved beside the checkpoint: for `learn2pd`, its
-    filter (`learn2pd_filter.safetensors`, written by `jaxdllm distill learn2pd`); None for a
-    policy without parameters of its own. Pass it as `generate(..., policy_params=...)`.
+def policy_params(path: str | os.PathLike, config: SamplerConfig, **load_options):
+    """The parameters `config`'s policy reads, found beside the checkpoint: for `learn2pd`, its
+    filter (`learn2pd_filter.safetensors`, written by `jaxdllm distill learn2pd`); for `medusa` and
+    `bpd`, the heads; for `spec_diffusion` and `apd`, the second model (the one the policy's
+    `drafter` / `verifier` names, else the checkpoint's `companions.json`), loaded after its
+    tokenizer is checked against the checkpoint's. None for a policy without parameters of its own.
+    Pass it as `generate(..., policy_params=...)`.
 
     Args:
       path: checkpoint folder or shipped name.
       config: the `SamplerConfig` that will decode (its block length must match the filter's).
+      **load_options: for a second model, `from_pretrained`'s options (`mesh=`, `dtype=`, ...).
     """
     if not config.policy.needs_params:
         return None
+    if load_options:
+        return config.policy.load_params(checkpoint_dir(path), config, **load_options)
     return config.policy.load_params(checkpoint_dir(path), config)
 
 

@@ -114,6 +114,25 @@ def test_generate_equals_one_device(kind, llada):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_second_model_in_the_loop_decodes_sharded_as_on_one_device(kind, llada):
+    """APD: the diffusion model and its causal verifier (`policy_params`) both placed on the mesh;
+    the loop runs them as placed and gives the one-device tokens."""
+    from support.models import tiny_model
+
+    mesh = MESHES[kind]()
+    ids = np.random.default_rng(3).integers(5, 100, (8, 6)).astype(np.int32)
+    config = SamplerConfig(gen_length=8, policy="apd", mix=0.5, draft_window=4, kv_window=2)
+    verifier = lambda: tiny_model("tiny-qwen2", vocab_size=130, eos_token_id=127, pad_token_id=127,  # noqa: E731
+                                  bos_token_id=127)
+    want = generate(jaxdllm.from_pretrained(llada), ids, config, policy_params=verifier())
+    placed = sharding.shard_model(verifier(), mesh)
+    assert len(placed.layers[0].mlp.gate.kernel[...].sharding.device_set) == 8
+    got = generate(jaxdllm.from_pretrained(llada, mesh=mesh), ids, config, policy_params=placed)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.nfe, want.nfe)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_one_device_model_decodes_under_a_callers_mesh(kind, llada):
     """A model loaded without a mesh, called inside `jax.set_mesh(mesh)`: it decodes on its own
     device, as outside the context."""

@@ -137,10 +137,10 @@ def companion_dir(directory: Path, given: str, policy: str, role: str) -> Path:
     return checkpoint_dir(path if path.is_dir() else given)
 
 
-def load_companion(directory, given: str, policy: str, role: str):
-    """The second model for `policy`, loaded after its tokenizer is checked against the model's
-    in `directory`."""
+def load_companion(directory, given: str, policy: str, role: str, **load_options):
+    """The second model for `policy`, loaded (`from_pretrained(..., **load_options)`: `mesh=`,
+    `dtype=`) after its tokenizer is checked against the model's in `directory`."""
     from jaxdllm.checkpoint import from_pretrained
     other = companion_dir(Path(directory), given, policy, role)
     check_pair(directory, other, role)
-    return from_pretrained(other)
+    return from_pretrained(other, **load_options)

@@ -54,10 +54,10 @@ class Apd(Policy):
                 raise ConfigError(f"{field} must be an integer >= {1 if field == 'draft_window' else 0}, got "
                                   f"{value!r} (policy {self.name!r})")
 
-    def load_params(self, directory, config):
+    def load_params(self, directory, config, **load_options):
         """The small causal model (`verifier`, or the one `directory/companions.json` names), after
-        checking that its tokenizer is the model's."""
-        return load_companion(directory, self.verifier, self.name, "verifier")
+        checking that its tokenizer is the model's; `load_options` go to `from_pretrained` (`mesh=`, `dtype=`)."""
+        return load_companion(directory, self.verifier, self.name, "verifier", **load_options)
 
     def draft(self, draft_logits, noise, temperature):
         """`[B, M]` int32 the diffusion model's draft: `argmax(log p + T g)` of its logits `[B, M, V]`

@@ -101,7 +101,8 @@ class SpecDiffusion(TreeDraftPolicy):
     def check(self, config):
         for field in ("gamma", "tokens_per_step", "beams", "lattice_top"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
-                raise ConfigError(f"{field} must be an integer >= 1, got {getattr(self, field)!r} (policy {self.name!r})")
+                raise ConfigError(f"{field} must be an integer >= 1, got {getattr(self, field)!r} "
+                                  f"(policy {self.name!r})")
         if self.tokens_per_step > self.gamma:
             raise ConfigError(f"tokens_per_step ({self.tokens_per_step}) exceeds gamma ({self.gamma}): a drafter "
                               "forward unmasks at most the whole draft")
@@ -117,10 +118,10 @@ class SpecDiffusion(TreeDraftPolicy):
         g = self.gamma
         return tuple(-1 if j == 0 else c * g + j - 1 for c in range(self.beams) for j in range(g))
 
-    def load_params(self, directory, config):
+    def load_params(self, directory, config, **load_options):
         """The drafter (`drafter`, or the one `directory/companions.json` names), after checking that
-        its tokenizer is the model's."""
-        return load_companion(directory, self.drafter, self.name, "drafter")
+        its tokenizer is the model's; `load_options` go to `from_pretrained` (`mesh=`, `dtype=`)."""
+        return load_companion(directory, self.drafter, self.name, "drafter", **load_options)
 
     def start(self, prompt, seg, gen_length, block_length, key):
         b = prompt.shape[0]
@@ -284,7 +285,7 @@ def lattice_beams(logprobs, beams: int, top: int, mass: float):
     k = min(top, logprobs.shape[-1])
     values, tokens = jax.lax.top_k(logprobs, k)                                           # [B, G, k]
     before = jnp.cumsum(jnp.exp(values), -1) - jnp.exp(values)
-    values = jnp.where(before < mass, values, -jnp.inf)                                   # the smallest set reaching mass
+    values = jnp.where(before < mass, values, -jnp.inf)              # the smallest top set reaching the mass
     score = jnp.pad(values[:, 0], ((0, 0), (0, max(beams - k, 0))), constant_values=-jnp.inf)[:, :beams]
     first = jnp.pad(tokens[:, 0], ((0, 0), (0, max(beams - k, 0))))[:, :beams]
     chains = first[..., None]                                                             # [B, beams, 1]
