@@ -60,15 +60,13 @@ def pytest_runtest_setup(item):
 # workers share them instead of one finishing alone while the other runs a late long test. The
 # order only schedules; every test runs. A notebook's second working folder comes later, after
 # its first run has filled the compilation cache.
-LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-root]",
+LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
                  "tests/eval/test_eval.py::test_eval_reproduces_the_whole_card",
-                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-root]",
-                 "tests/test_readme.py::test_readme_python_blocks_run",
-                 "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
-                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
-                 "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length",
                  "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-colab]",
-                 "tests/test_shipped_model.py::test_chain_models_match_their_cards")
+                 "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
+                 "tests/test_readme.py::test_readme_python_blocks_run",
+                 "tests/test_shipped_model.py::test_chain_models_match_their_cards",
+                 "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length")
 
 
 def pytest_collection_modifyitems(config, items):
