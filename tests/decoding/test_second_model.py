@@ -80,6 +80,10 @@ def test_apd_at_the_ends_of_the_mixture(pair):
                                                                    kv_window=64, stop_at_eos=False),
                              attention_mask=mask, policy_params=causal)
     assert (np.asarray(whole.nfe) == 1).all()
+    sampled = jaxdllm.generate(diffusion, ids, SamplerConfig.preset("apd", gen_length=gen, mix=1.0, draft_window=gen,
+                                                                     stop_at_eos=False, temperature=0.8),
+                               attention_mask=mask, policy_params=causal)
+    assert (np.asarray(sampled.nfe) == 1).all()  # R = 1 at a temperature: the target is the draft, noise shared
     canvas = np.concatenate([ids, np.full((len(ids), gen), diffusion.config.mask_token_id, np.int32)], 1)
     seg = np.concatenate([mask, np.ones((len(ids), gen), np.int32)], 1)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)

@@ -138,6 +138,9 @@ class SpecDiffusion(TreeDraftPolicy):
                               f"attention {params.config.attention!r} and mask_token_id {params.config.mask_token_id}")
         prompt, seg = state.prompt, state.seg
         b, lp = prompt.shape
+        if lp + state.gen_length > params.config.max_position:
+            raise ConfigError(f"prompt ({lp} tokens after padding) + gen_length ({state.gen_length}) exceeds the "
+                              f"drafter's max_position ({params.config.max_position}): lower gen_length")
         g = state.gen_length
         cache = params.init_cache(b, lp + g + self.layout(0).accept_width + g)
         pad = (lp - seg.sum(1)).astype(jnp.int32)
