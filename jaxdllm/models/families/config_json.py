@@ -111,7 +111,11 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
 
 def write_hf_decoder(c: ModelConfig, out: dict, architecture: str, **extra) -> None:
     """The config.json keys of a Hugging Face LLaMA-style decoder into `out`; `extra` keys (a
-    family's own) follow the shape keys; `architecture` is written when the source had none."""
+    family's own) follow the shape keys; `architecture` is written when the source had none or was
+    another model type (a model adapted to another family, e.g. a Qwen2 model trained into Dream)."""
+    if out.get("model_type") not in (None, c.model_type):
+        out.pop("architectures", None)
+        out.pop("auto_map", None)
     out.update(model_type=c.model_type, hidden_size=c.embed_dim, num_attention_heads=c.num_heads,
                num_key_value_heads=c.num_kv_heads, num_hidden_layers=c.num_layers,
                intermediate_size=c.mlp_dim, vocab_size=c.vocab_size, head_dim=c.head_dim,
