@@ -131,7 +131,8 @@ class SpecDiffusion(TreeDraftPolicy):
         return state._replace(vocab_size=vocab_size)
 
     def seed(self, state: _Pending, hidden, params, unembed, temperature=0.0):
-        """The drafter's prefill: the prompt and `gamma` MASK positions in one window; its first draft."""
+        """The drafter's prefill: the prompt and the answer's positions as MASK in one window (its
+        K/V cached), and its first draft."""
         check_second_model(params, state.vocab_size, self.name, "drafter")
         if params.config.mask_token_id is None or params.config.attention == "causal":
             raise ConfigError(f"policy {self.name!r} drafts with a masked-diffusion model; the drafter given has "
