@@ -40,7 +40,7 @@ from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.eval.tasks import LONG, SUITE
-from jaxdllm.errors import ConfigError
+from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.tokenizer import Tokenizer, answer_length
 from sampling.benchmarks.report import write_report
 from sampling.benchmarks.timing import timed
@@ -83,7 +83,7 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
         for name, config in samplers().items():
             try:
                 params = jaxdllm.policy_params(model_dir, config)
-            except ConfigError:
+            except (CheckpointError, ConfigError):
                 continue  # no heads, or no drafter, beside this model
             run = lambda lo, hi: jaxdllm.generate(model, ids[lo:hi], config, attention_mask=mask[lo:hi],  # noqa: E731
                                                   policy_params=params)
