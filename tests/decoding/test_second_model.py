@@ -65,7 +65,9 @@ def test_speculative_decoding_with_the_shipped_drafter_equals_transformers_greed
     out = jaxdllm.generate(target, ids, config, attention_mask=mask, policy_params=drafter)
     assert_greedy_up_to_eos(np.asarray(out.tokens)[:, ids.shape[1]:], hf_greedy(hf, ids, mask, gen, eos), eos)
     answer = (np.asarray(out.tokens)[:, ids.shape[1]:] != eos).sum(1) + 1
-    assert (np.asarray(out.nfe) < answer).any()  # some drafts were accepted
+    # the shipped drafter writes what the causal model writes on the one-answer tasks (4.06 tokens
+    # per forward on these 8 rows, 4.64 with the beams; the card's tables: 50 prompts per task)
+    assert answer.sum() / np.asarray(out.nfe).sum() >= 4.0
 
 
 def test_apd_at_the_ends_of_the_mixture(pair):
