@@ -48,12 +48,13 @@ SIDE_FILE_METADATA = "jaxdllm_side_file"
 # Sampler defaults that suit the model (e.g. a short gen_length for a model with a short
 # max_position); `jaxdllm generate` reads them before the preset's.
 SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"
-COMPANIONS_FILE = "companions.json"  # policy name -> the second model it decodes with (a folder or shipped name)
+# policy name -> the second model it decodes with (a folder or shipped name). Not copied on export:
+# a trained or adapted model chooses its own partners.
+COMPANIONS_FILE = "companions.json"
 CACHE_NOTES_KEY = "cache_notes"  # in that file: cache name -> what the card measured with that cache
 # Files beside the weights that describe the model to other tools; copied on export on request.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt", SAMPLER_DEFAULTS_FILE,
-              COMPANIONS_FILE)
+              "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt", SAMPLER_DEFAULTS_FILE)
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
