@@ -82,16 +82,22 @@ def test_apd_at_the_ends_of_the_mixture(pair):
                                                                    kv_window=64, stop_at_eos=False),
                              attention_mask=mask, policy_params=causal)
     assert (np.asarray(whole.nfe) == 1).all()
-    sampled = jaxdllm.generate(diffusion, ids, SamplerConfig.preset("apd", gen_length=gen, mix=1.0, draft_window=gen,
-                                                                     stop_at_eos=False, temperature=0.8),
-                               attention_mask=mask, policy_params=causal)
-    assert (np.asarray(sampled.nfe) == 1).all()  # R = 1 at a temperature: the target is the draft, noise shared
     canvas = np.concatenate([ids, np.full((len(ids), gen), diffusion.config.mask_token_id, np.int32)], 1)
     seg = np.concatenate([mask, np.ones((len(ids), gen), np.int32)], 1)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)
     logits = diffusion(jnp.asarray(canvas), jnp.asarray(positions), MaskSpec.from_padding(jnp.asarray(seg))).logits
     np.testing.assert_array_equal(np.asarray(whole.tokens)[:, ids.shape[1]:],
                                   np.argmax(np.asarray(logits)[:, ids.shape[1]:], -1))
+
+
+@pytest.mark.slow  # one more compiled loop; the default run's budget
+def test_apd_at_r_1_and_a_temperature_accepts_each_window_whole(pair):
+    """The draft and the target share their Gumbel noise: at R = 1 they are the same sample."""
+    causal, diffusion, _, ids, mask = pair
+    sampled = jaxdllm.generate(diffusion, ids, SamplerConfig.preset("apd", gen_length=16, mix=1.0, draft_window=16,
+                                                                     stop_at_eos=False, temperature=0.8),
+                               attention_mask=mask, policy_params=causal)
+    assert (np.asarray(sampled.nfe) == 1).all()
 
 
 def test_speculative_sampling_follows_the_target_distribution():
