@@ -103,14 +103,15 @@ class ApdCanvas:
         draft_logits = jnp.take_along_axis(logits, jnp.clip(at, 0, width - 1)[..., None], axis=1)
         key = jax.random.fold_in(state.key, state.step)
         noise = jax.random.gumbel(key, draft_logits.shape) if config.temperature else jnp.zeros_like(draft_logits)
-        draft = policy.draft(draft_logits, noise, config.temperature)
+        log_draft = jax.nn.log_softmax(draft_logits.astype(jnp.float32), -1)
+        draft = policy.draft(log_draft, noise, config.temperature)
         # The verifier: the last decided token, then the draft, at the row's own offset.
         last = jnp.take_along_axis(state.canvas, (first - 1)[:, None], axis=1).astype(jnp.int32)
         fed = jnp.concatenate([last, draft[:, :-1]], 1)
         fed_pos = slice_window(view.positions, first - 1, 1) + jnp.arange(m)[None]
         verifier_logits, verifier_kv = row_forward(policy_params, fed, fed_pos, first - 1, carry.verifier_kv,
                                                    causal_mask)
-        target, count = policy.judge(draft, draft_logits, verifier_logits, noise, config.temperature)
+        target, count = policy.judge(draft, log_draft, verifier_logits, noise, config.temperature)
         targets = first[:, None] + jnp.arange(m)
         candidates = (targets < T) & slice_window(state.undecided, first, m) & ~state.done[:, None]
         commit = candidates & (jnp.arange(m)[None] < count[:, None])

@@ -88,16 +88,16 @@ def _vocab(directory: Path) -> tuple[dict, dict]:
     path = directory / "tokenizer.json"
     if not path.is_file():
         raise ConfigError(f"{directory} has no tokenizer.json: a pair is checked by its tokenizers")
-    model = json.loads(path.read_text())["model"]
-    vocab = dict(model.get("vocab") or {})
-    for added in json.loads(path.read_text()).get("added_tokens", []):
+    raw = json.loads(path.read_text())
+    vocab = dict(raw["model"].get("vocab") or {})
+    for added in raw.get("added_tokens", []):
         vocab[added["content"]] = added["id"]
     special = {}
     config = directory / "tokenizer_config.json"
     if config.is_file():
-        raw = json.loads(config.read_text())
+        settings = json.loads(config.read_text())
         for role in ("bos_token", "eos_token", "pad_token", "mask_token", "unk_token"):
-            value = raw.get(role)
+            value = settings.get(role)
             special[role] = value.get("content") if isinstance(value, dict) else value
     return vocab, special
 

@@ -32,6 +32,7 @@ from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
 from support.models import tiny_model
 from test_jacobi import assert_greedy_up_to_eos
+from test_tree_drafts import hf_greedy_eos
 
 CAUSAL = checkpoint_dir("tasks-qwen2-small")
 DIFFUSION = checkpoint_dir("tasks-llada-small")
@@ -48,14 +49,6 @@ def pair():
     return jaxdllm.from_pretrained(CAUSAL), jaxdllm.from_pretrained(DIFFUSION, dtype="float32"), hf, ids, mask
 
 
-def hf_greedy(hf, ids, mask, gen, eos):
-    with torch.no_grad():
-        out = hf.generate(input_ids=torch.as_tensor(ids, dtype=torch.long), max_new_tokens=gen, do_sample=False,
-                          attention_mask=torch.as_tensor(mask, dtype=torch.long), pad_token_id=0, eos_token_id=eos)
-    got = out[:, ids.shape[1]:].numpy()
-    return np.pad(got, ((0, 0), (0, gen - got.shape[1])), constant_values=eos)
-
-
 @pytest.mark.parametrize("preset", ["specdiff", pytest.param("diffuspec", marks=pytest.mark.slow)])
 def test_speculative_decoding_with_the_shipped_drafter_equals_transformers_greedy(pair, preset):
     target, _, hf, ids, mask = pair
@@ -63,7 +56,7 @@ def test_speculative_decoding_with_the_shipped_drafter_equals_transformers_greed
     config = SamplerConfig.preset(preset, gen_length=gen)
     drafter = jaxdllm.policy_params(CAUSAL, config)  # companions.json names it; tokenizers checked
     out = jaxdllm.generate(target, ids, config, attention_mask=mask, policy_params=drafter)
-    assert_greedy_up_to_eos(np.asarray(out.tokens)[:, ids.shape[1]:], hf_greedy(hf, ids, mask, gen, eos), eos)
+    assert_greedy_up_to_eos(np.asarray(out.tokens)[:, ids.shape[1]:], hf_greedy_eos(hf, ids, mask, gen, eos, 0), eos)
     answer = (np.asarray(out.tokens)[:, ids.shape[1]:] != eos).sum(1) + 1
     # the shipped drafter writes what the causal model writes on the one-answer tasks (4.06 tokens
     # per forward on these 8 rows, 4.64 with the beams; the card's tables: 50 prompts per task)
@@ -77,7 +70,7 @@ def test_apd_at_the_ends_of_the_mixture(pair):
     gen, eos = 16, causal.config.eos_token_id
     small = jaxdllm.generate(diffusion, ids, SamplerConfig.preset("apd", gen_length=gen, mix=0.0),
                              attention_mask=mask, policy_params=causal)
-    assert_greedy_up_to_eos(np.asarray(small.tokens)[:, ids.shape[1]:], hf_greedy(hf, ids, mask, gen, eos), eos)
+    assert_greedy_up_to_eos(np.asarray(small.tokens)[:, ids.shape[1]:], hf_greedy_eos(hf, ids, mask, gen, eos, 0), eos)
     whole = jaxdllm.generate(diffusion, ids, SamplerConfig.preset("apd", gen_length=gen, mix=1.0, draft_window=gen,
                                                                    kv_window=64, stop_at_eos=False),
                              attention_mask=mask, policy_params=causal)

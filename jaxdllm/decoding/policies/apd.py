@@ -59,19 +59,17 @@ class Apd(Policy):
         checking that its tokenizer is the model's; `load_options` go to `from_pretrained` (`mesh=`, `dtype=`)."""
         return load_companion(directory, self.verifier, self.name, "verifier", **load_options)
 
-    def draft(self, draft_logits, noise, temperature):
-        """`[B, M]` int32 the diffusion model's draft: `argmax(log p + T g)` of its logits `[B, M, V]`
-        and the Gumbel noise `[B, M, V]` (zeros at temperature 0)."""
-        return jnp.argmax(jax.nn.log_softmax(draft_logits.astype(jnp.float32), -1) + temperature * noise,
-                          -1).astype(jnp.int32)
+    def draft(self, log_draft, noise, temperature):
+        """`[B, M]` int32 the diffusion model's draft: `argmax(log p + T g)` of its log-probabilities
+        `log_draft [B, M, V]` and the Gumbel noise `[B, M, V]` (zeros at temperature 0)."""
+        return jnp.argmax(log_draft + temperature * noise, -1).astype(jnp.int32)
 
-    def judge(self, draft, draft_logits, verifier_logits, noise, temperature):
+    def judge(self, draft, log_draft, verifier_logits, noise, temperature):
         """`(target [B, M] int32, count [B])`: the mixture's sample with the draft's noise and how many
         positions the step commits (the longest prefix where the draft is the target, plus one, at
         most M). `verifier_logits [B, M, V]`: each position's, given the draft before it."""
-        log_d = jax.nn.log_softmax(draft_logits.astype(jnp.float32), -1)
         log_ar = jax.nn.log_softmax(verifier_logits.astype(jnp.float32), -1)
-        mixed = log_d if self.mix == 1 else self.mix * log_d + (1 - self.mix) * log_ar
+        mixed = log_draft if self.mix == 1 else self.mix * log_draft + (1 - self.mix) * log_ar
         target = jnp.argmax(mixed + temperature * noise, -1).astype(jnp.int32)
         agree = jnp.cumprod((draft == target).astype(jnp.int32), -1).sum(-1)
         return target, jnp.minimum(agree + 1, draft.shape[1])

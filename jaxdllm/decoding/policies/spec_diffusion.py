@@ -66,7 +66,8 @@ class SpecState(NamedTuple):
       pad: `[B]` int32 left padding of each row's prompt (RoPE position = canvas index - pad).
       nodes: `[B, N]` int32 the next draft (chains laid out one after another).
       valid: `[B, N]` bool, draft tokens the next step may accept (within the row's draft length).
-      probs: `[B, gamma, V]` float32 the drafter's distribution each chain-0 token was drawn from.
+      probs: `[B, gamma, V]` float32 the drafter's distribution each chain-0 token was drawn from
+        (`[B, gamma, 0]` at temperature 0, where nothing reads it).
       mean_accepted: `[B]` float32 running average of accepted draft tokens (`adaptive`).
       key: PRNG key of the drafter's draws.
       drafter_forwards: `[B]` int32 drafter forwards each row took part in (the prefill's included).
@@ -224,13 +225,14 @@ class SpecDiffusion(TreeDraftPolicy):
                 drawn = jax.random.categorical(jax.random.fold_in(key, r), at / temperature).astype(jnp.int32)
                 here = jnp.broadcast_to((jnp.arange(g) >= r * chunk) & (jnp.arange(g) < (r + 1) * chunk), open_.shape)
             draft = jnp.where(here, drawn, draft)
-            probs = jnp.where(here[..., None], p, probs)
+            if temperature:  # only speculative sampling reads q
+                probs = jnp.where(here[..., None], p, probs)
             put = jnp.zeros_like(canvas).at[jnp.arange(b)[:, None], draft_cols].set(draft, mode="drop")
             filled = jnp.zeros(canvas.shape, bool).at[jnp.arange(b)[:, None], draft_cols].set(here, mode="drop")
             return jnp.where(filled, put, canvas), cache, draft, probs, open_ & ~here, at
 
         draft = jnp.zeros((b, g), jnp.int32)
-        probs = jnp.zeros((b, g, drafter.config.vocab_size), jnp.float32)
+        probs = jnp.zeros((b, g, drafter.config.vocab_size if temperature else 0), jnp.float32)
         open_ = jnp.ones((b, g), bool)
         if self.beams > 1:
             _, cache, draft, probs, _, at = one_round(0, (canvas, cache, draft, probs, open_))
