@@ -9,12 +9,14 @@ parameter.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -326,6 +328,31 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     return nnx.merge(graphdef, state)
 
 
+def _float_value(params: dict, t: TensorMapping, scan_layers: bool) -> jax.Array:
+    """The slice of a parameter that checkpoint tensor `t` covers, in jaxdllm's layout on the
+    parameter's devices; an int8 kernel as the float kernel it stands for (`int8 * scale`)."""
+    path, index = param_location(t, scan_layers)
+    value = _sliced(params[path].get_value(), index)
+    scale_at = quantize.scale_path(path)
+    if scale_at in params:
+        value = quantize.dequantize(value, _sliced(params[scale_at].get_value(), index))
+    return value
+
+
+def device_tensors(model: Transformer) -> Iterator[tuple[str, jax.Array]]:
+    """Each tensor of `model`'s checkpoint, `(name, array of the tensor's checkpoint shape)` in file
+    order, made on the model's devices in the parameter dtype: no file and no host copy. For
+    handing the weights to another framework on the same device (`torch.from_dlpack`). A fused
+    tensor's parts are concatenated; each transposed tensor is a new array (the caller holds both
+    layouts while it keeps them)."""
+    params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    dtype = jnp.dtype(model.options.param_dtype)  # an int8 kernel dequantizes to float32
+    for name, group in itertools.groupby(tensor_table(model.config), key=lambda t: t.name):
+        group = list(group)  # a fused tensor's parts are consecutive in the table
+        parts = [t.to_hf(_float_value(params, t, model.options.scan_layers).astype(dtype), xp=jnp) for t in group]
+        yield name, parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=group[0].axis)
+
+
 def _to_host(array: jax.Array) -> np.ndarray:
     if not array.is_fully_addressable:
         from jax.experimental import multihost_utils
@@ -400,11 +427,7 @@ def save_pretrained(model: Transformer, path: str | Path, *, max_shard_size: int
         parts: dict[str, list[np.ndarray]] = {}  # a fused tensor's parts, in row order
         axes: dict[str, int] = {}
         for t in shard:
-            path, index = param_location(t, model.options.scan_layers)
-            value = _sliced(params[path].get_value(), index)
-            scale_at = quantize.scale_path(path)
-            if scale_at in params:  # an int8 kernel is written as the float kernel it stands for
-                value = quantize.dequantize(value, _sliced(params[scale_at].get_value(), index))
+            value = _float_value(params, t, model.options.scan_layers)
             parts.setdefault(t.name, []).append(t.to_hf(_to_host(value).astype(np_dtype)))
             axes[t.name] = t.axis
             weight_map[t.name] = fname

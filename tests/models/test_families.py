@@ -95,3 +95,26 @@ def test_a_config_no_family_holds_is_an_error():
 def test_a_published_checkpoint_name_gives_its_preset():
     assert ModelConfig.preset("inclusionAI/LLaDA2.1-mini") == ModelConfig.preset("llada2-mini")
     assert ModelConfig.preset("GSAI-ML/LLaDA-8B-Instruct", max_position=512).max_position == 512
+
+
+@pytest.mark.parametrize("family,name", TINY)
+def test_device_tensors_are_the_exported_files_tensors(family, name, tmp_path):
+    """What `device_tensors` hands to another framework is, name for name and bit for bit, what
+    `save_pretrained` writes (fused parts concatenated, linears transposed), in file order."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from jaxdllm import save_pretrained
+    from jaxdllm.checkpoint.hf_io import device_tensors
+
+    model = Transformer(family.presets[name], RunOptions(scan_layers=family.presets[name].identical_layers),
+                        rngs=nnx.Rngs(0))
+    save_pretrained(model, tmp_path)
+    written = {}
+    for f in sorted(tmp_path.glob("*.safetensors")):
+        written.update(load_file(f))
+    handed = list(device_tensors(model))
+    assert [n for n, _ in handed] == list(dict.fromkeys(t.name for t in tensor_table(model.config)))
+    assert {n for n, _ in handed} == set(written)
+    for n, x in handed:
+        np.testing.assert_array_equal(np.asarray(x), written[n], err_msg=n)

@@ -55,12 +55,15 @@ class TensorMapping:
         """Checkpoint layout (the covered rows) -> jaxdllm layout (a view where numpy allows)."""
         return (np.swapaxes(w, -1, -2) if self.transpose else w).reshape(self.shape)
 
-    def to_hf(self, w: np.ndarray) -> np.ndarray:
-        """jaxdllm layout -> checkpoint layout (the covered rows), contiguous."""
+    def to_hf(self, w, xp=np):
+        """jaxdllm layout -> checkpoint layout (the covered rows), contiguous. `xp`: the array
+        module of `w` (`numpy`, or `jax.numpy` for a conversion on the arrays' devices)."""
         if self.transpose:
             swapped = (*self.part_shape[:-2], self.part_shape[-1], self.part_shape[-2])
-            return np.ascontiguousarray(np.swapaxes(w.reshape(swapped), -1, -2))
-        return np.ascontiguousarray(w.reshape(self.part_shape))
+            w = xp.swapaxes(w.reshape(swapped), -1, -2)
+        else:
+            w = w.reshape(self.part_shape)
+        return np.ascontiguousarray(w) if xp is np else w
 
 
 @dataclasses.dataclass(frozen=True)
