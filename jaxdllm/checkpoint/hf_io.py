@@ -15,8 +15,8 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import jax
 import jax.numpy as jnp

@@ -256,6 +256,8 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
     itemsize = 4 if tiny else 2
     device = "cuda" if jax.devices()[0].platform == "gpu" else "cpu"
     refusal = refuse(config, itemsize, any(r.pytorch for r in spec.rows))
+    if refusal is None and time.perf_counter() > deadline:  # do not build weights no row will use
+        refusal = f"time budget ({args.budget_s:.0f} s) spent before this model"
     model = sampler = None
     try:
         if refusal is None:
@@ -371,6 +373,7 @@ def main(argv=None) -> int:
     import jax
 
     from jaxdllm.compilation_cache import enable_compilation_cache
+    from sampling.benchmarks.pytorch_counterparts import source_digests
     from sampling.benchmarks.benchmark_gpu_sampler import measured_bandwidth
     from sampling.benchmarks.report import kind_slug, torch_facts, write_report
 
@@ -385,7 +388,8 @@ def main(argv=None) -> int:
     out = Path(args.out or f"{OUT}_{kind_slug(jax.devices()[0].device_kind)}")
     bandwidth = measured_bandwidth(0.25 if args.size == "tiny" else 4.0)
     result = dict(size=args.size, bandwidth_GBps=bandwidth / 1e9, budget_s=args.budget_s, reps=args.reps,
-                  dg_steps=args.dg_steps, fast_dllm=None if args.fast_dllm is None else str(args.fast_dllm),
+                  dg_steps=args.dg_steps,
+                  fast_dllm_sha256=None if args.fast_dllm is None else source_digests(args.fast_dllm),
                   **torch_facts(), rows=[])
     print(f"{jax.devices()[0].device_kind}: bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
     deadline = start + args.budget_s
@@ -417,11 +421,12 @@ def _plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in result["rows"] if "x_floor" in r and r["x_floor"]]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 2 + 0.22 * len(rows)))
     labels = [f"{r['model'].split('-')[0]} {r['row']} b{r['batch']}" for r in rows]
     left.barh(labels, [r["x_floor"] for r in rows], color=["C1" if r["side"] == "pytorch" else "C0" for r in rows])
     left.axvline(1.0, color="k", lw=1)
     left.axvline(1.3, color="red", ls="--", lw=1, label="goal 1.3x")
+    left.set_xscale("log")
     left.set_xlabel("ms per step / bandwidth floor (blue jaxdllm, orange PyTorch)")
     left.invert_yaxis()
     left.legend()
@@ -441,7 +446,8 @@ def _plot(result: dict, path: Path) -> None:
     right.set_ylabel("tokens/s")
     right.set_yscale("log")
     right.legend()
-    fig.suptitle(f"Real shapes on {result['device']} ({result['size']}), random weights")
+    shapes = "the published shapes" if result["size"] == "real" else "tiny shapes, float32"
+    fig.suptitle(f"Decoding loops at {shapes} on {result['device']}, random weights")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import types
@@ -35,12 +36,25 @@ _ONE_PROMPT = re.compile(r"torch\.full\(\(1, prompt\.shape\[1\] \+ gen_length\)"
 _BATCHED = "torch.full((prompt.shape[0], prompt.shape[1] + gen_length)"
 
 
+def llada_folder(root: str | Path) -> Path:
+    """The `llada` folder of a Fast-dLLM checkout `root` (or `root` itself if it is that folder)."""
+    root = Path(root)
+    return root if (root / "generate.py").is_file() else root / "llada"
+
+
+def source_digests(root: str | Path) -> dict:
+    """sha256 of the published files read (`generate.py`, `model/modeling_llada.py`): which
+    version of the published code a result ran."""
+    llada = llada_folder(root)
+    return {name: hashlib.sha256((llada / name).read_bytes()).hexdigest()
+            for name in ("generate.py", "model/modeling_llada.py") if (llada / name).is_file()}
+
+
 def llada_code(root: str | Path) -> types.ModuleType:
     """Fast-dLLM's `llada/generate.py` as a module (its batch opened, see the module docstring),
     with `LLaDAConfig` and `LLaDAModelLM` from its `llada/model`. `root`: the Fast-dLLM checkout
     (or its `llada` folder)."""
-    root = Path(root)
-    llada = root if (root / "generate.py").is_file() else root / "llada"
+    llada = llada_folder(root)
     source_file = llada / "generate.py"
     if not source_file.is_file():
         raise FileNotFoundError(f"{source_file} not found: pass a Fast-dLLM checkout (git clone "

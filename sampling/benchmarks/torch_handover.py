@@ -14,7 +14,7 @@ A 26B model is so held once per layout (jaxdllm's and the checkpoint's), not thr
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 from jaxdllm.checkpoint.hf_io import device_tensors
 

@@ -4,11 +4,14 @@ its presets are its own, and no two families claim one model_type."""
 
 import math
 
+import numpy as np
 import pytest
 from flax import nnx
+from safetensors.numpy import load_file
 
-from jaxdllm import ConfigError, ModelConfig, RunOptions, Transformer
+from jaxdllm import ConfigError, ModelConfig, RunOptions, Transformer, save_pretrained
 from jaxdllm.checkpoint import config_from_hf, config_to_hf
+from jaxdllm.checkpoint.hf_io import device_tensors
 from jaxdllm.checkpoint.hf_names import param_location, tensor_table
 from jaxdllm.models.config import CHECKPOINT_PRESETS, PRESETS
 from jaxdllm.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, family_for_hf, family_of
@@ -101,12 +104,6 @@ def test_a_published_checkpoint_name_gives_its_preset():
 def test_device_tensors_are_the_exported_files_tensors(family, name, tmp_path):
     """What `device_tensors` hands to another framework is, name for name and bit for bit, what
     `save_pretrained` writes (fused parts concatenated, linears transposed), in file order."""
-    import numpy as np
-    from safetensors.numpy import load_file
-
-    from jaxdllm import save_pretrained
-    from jaxdllm.checkpoint.hf_io import device_tensors
-
     model = Transformer(family.presets[name], RunOptions(scan_layers=family.presets[name].identical_layers),
                         rngs=nnx.Rngs(0))
     save_pretrained(model, tmp_path)
