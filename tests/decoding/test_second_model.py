@@ -30,6 +30,7 @@ from jaxdllm.errors import ConfigError
 from jaxdllm.eval.runner import left_pad
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
+from support.forward import forward
 from support.models import tiny_model
 from test_jacobi import assert_greedy_up_to_eos
 from test_tree_drafts import hf_greedy_eos
@@ -78,7 +79,7 @@ def test_apd_at_the_ends_of_the_mixture(pair):
     canvas = np.concatenate([ids, np.full((len(ids), gen), diffusion.config.mask_token_id, np.int32)], 1)
     seg = np.concatenate([mask, np.ones((len(ids), gen), np.int32)], 1)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)
-    logits = diffusion(jnp.asarray(canvas), jnp.asarray(positions), MaskSpec.from_padding(jnp.asarray(seg))).logits
+    logits = forward(diffusion, jnp.asarray(canvas), jnp.asarray(positions), MaskSpec.from_padding(jnp.asarray(seg))).logits
     np.testing.assert_array_equal(np.asarray(whole.tokens)[:, ids.shape[1]:],
                                   np.argmax(np.asarray(logits)[:, ids.shape[1]:], -1))
 
@@ -110,7 +111,7 @@ def test_speculative_sampling_follows_the_target_distribution():
     assert 1.3 < np.asarray(out.nfe).mean() < 1.9  # some first drafts accepted (2 tokens a forward), some not
 
     def next_probs(ids):
-        return np.asarray(jax.nn.softmax(target(jnp.asarray(ids)).logits[:, -1], -1), np.float64)
+        return np.asarray(jax.nn.softmax(forward(target, jnp.asarray(ids)).logits[:, -1], -1), np.float64)
 
     first = next_probs(prompt)[0]                                                              # [V]
     second = first @ next_probs(np.concatenate([np.repeat(prompt, v, 0), np.arange(v)[:, None]], 1))  # [V]
@@ -125,7 +126,7 @@ def test_speculative_sampling_follows_the_target_distribution():
     assert chi2_pvalue(tokens[:, 0], first) > 1e-3 and chi2_pvalue(tokens[:, 1], second) > 1e-3
     # The drafter's own draws of the first token (what a draft is before verification) fail.
     canvas = jnp.asarray(np.concatenate([prompt, [[drafter.config.mask_token_id] * 2]], 1))
-    q = np.asarray(jax.nn.softmax(drafter(canvas, attention=MaskSpec()).logits[0, 2]), np.float64)  # shifted
+    q = np.asarray(jax.nn.softmax(forward(drafter, canvas, attention=MaskSpec()).logits[0, 2]), np.float64)  # shifted
     drafts = np.random.default_rng(0).choice(v, size=n, p=q / q.sum())
     assert chi2_pvalue(drafts, first) < 1e-6
 

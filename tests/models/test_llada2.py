@@ -21,6 +21,7 @@ from jaxdllm.models import ExpertConfig
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.moe import grouped_swiglu, route
+from support.forward import forward as fwd
 from support.llada2_reference import (TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint,
                                      published_generate)
 
@@ -151,7 +152,7 @@ def test_round_trip_is_bit_identical_with_fused_qkv_split_across_files(tmp_path)
     assert len(list((tmp_path / "many").glob("*.safetensors"))) > 3
     again = jaxdllm.from_pretrained(tmp_path / "many")
     ids = jnp.asarray(_ids())
-    np.testing.assert_array_equal(np.asarray(again(ids).logits), np.asarray(model(ids).logits))
+    np.testing.assert_array_equal(np.asarray(fwd(again, ids).logits), np.asarray(fwd(model, ids).logits))
     config = json.loads((tmp_path / "many/config.json").read_text())
     assert config["model_type"] == "llada2_moe" and config["num_experts"] == 16 and config["n_group"] == 4
 
@@ -162,14 +163,14 @@ def test_scan_layers_and_int8_load_the_same_checkpoint(tmp_path):
     plain = jaxdllm.from_pretrained(tmp_path)
     scanned = jaxdllm.from_pretrained(tmp_path, scan_layers=True)
     ids = jnp.asarray(_ids())
-    np.testing.assert_allclose(np.asarray(scanned(ids).logits), np.asarray(plain(ids).logits), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(fwd(scanned, ids).logits), np.asarray(fwd(plain, ids).logits), atol=1e-5)
     jaxdllm.save_pretrained(scanned, tmp_path / "back")
     np.testing.assert_array_equal(load_file(str(tmp_path / "back/model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"],
                                   load_file(str(tmp_path / "model.safetensors"))["model.layers.1.mlp.experts.7.up_proj.weight"])
     int8 = jaxdllm.from_pretrained(tmp_path, quantization="int8")
     assert int8.layers[1].mlp.gate.kernel[...].dtype == jnp.int8
     assert int8.layers[1].mlp.gate.kernel_scale[...].shape == (16, 1, 32)  # per expert, per output channel
-    agree = np.mean(np.asarray(int8(ids).logits).argmax(-1) == np.asarray(plain(ids).logits).argmax(-1))
+    agree = np.mean(np.asarray(fwd(int8, ids).logits).argmax(-1) == np.asarray(fwd(plain, ids).logits).argmax(-1))
     assert agree >= 0.9
 
 

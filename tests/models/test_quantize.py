@@ -15,6 +15,7 @@ from jaxdllm import ModelConfig, RunOptions, Transformer, sharding
 from jaxdllm.checkpoint import from_pretrained, save_pretrained
 from jaxdllm.models.quantize import quantize_kernel, quantize_weights
 from support.cli import run_cli
+from support.forward import forward
 
 # The bf16 tolerance: int8 weights (bf16 compute) against the bf16 model, on random tiny models
 # whose logits reach 0.6-0.7: at most 0.02 apart anywhere, 0.004 on average, and the same argmax
@@ -65,7 +66,7 @@ def test_the_int8_model_equals_a_float_model_holding_the_dequantized_weights(pre
             kernels += 1
     assert kernels == (1 if scan else 2) * 7 + 1  # every projection and the LM head
     ids = _ids()
-    np.testing.assert_allclose(np.asarray(int8(ids).logits), np.asarray(rounded(ids).logits), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(forward(int8, ids).logits), np.asarray(forward(rounded, ids).logits), atol=2e-5, rtol=0)
 
 
 @pytest.mark.parametrize("preset", [pytest.param("tiny-llada", marks=pytest.mark.slow), "tiny-qwen2"])  # 6-minute budget
@@ -73,7 +74,7 @@ def test_int8_logits_are_within_the_stated_tolerance_of_bf16(preset):
     model = Transformer(ModelConfig.preset(preset), RunOptions("bfloat16", "bfloat16"), rngs=nnx.Rngs(0))
     int8 = quantize_weights(model)
     ids = _ids(batch=4, length=32)
-    a, b = np.asarray(model(ids).logits), np.asarray(int8(ids).logits)
+    a, b = np.asarray(forward(model, ids).logits), np.asarray(forward(int8, ids).logits)
     diff = np.abs(a - b)
     assert diff.max() <= BF16_MAX_ABS and diff.mean() <= BF16_MEAN_ABS, (diff.max(), diff.mean())
     assert np.mean(a.argmax(-1) == b.argmax(-1)) >= BF16_ARGMAX
@@ -90,8 +91,8 @@ def test_import_quantizes_each_tensor_in_its_shard(tmp_path, scan, mesh_shape):
     mesh = sharding.make_mesh(data=1, fsdp=4, tensor=2) if mesh_shape else None
     loaded = from_pretrained(tmp_path, quantization="int8", scan_layers=scan, mesh=mesh)
     ids = _ids()
-    want = quantize_weights(model)(ids).logits
-    np.testing.assert_allclose(np.asarray(loaded(ids).logits), np.asarray(want), atol=1e-5)
+    want = forward(quantize_weights(model), ids).logits
+    np.testing.assert_allclose(np.asarray(forward(loaded, ids).logits), np.asarray(want), atol=1e-5)
     up = loaded.layers.mlp.up if scan else loaded.layers[0].mlp.up
     assert up.kernel.get_value().dtype == jnp.int8 and up.kernel_scale.get_value().dtype == jnp.float32
     if mesh:  # the int8 kernel keeps the float kernel's shards; its scales follow the output axis
@@ -107,7 +108,7 @@ def test_export_writes_the_float_weights_int8_stands_for(tmp_path):
     back = from_pretrained(tmp_path)
     assert back.layers[0].mlp.up.kernel.get_value().dtype == jnp.float32
     ids = _ids()
-    np.testing.assert_allclose(np.asarray(back(ids).logits), np.asarray(int8(ids).logits), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(forward(back, ids).logits), np.asarray(forward(int8, ids).logits), atol=1e-5)
 
 
 @pytest.mark.slow  # two fresh processes

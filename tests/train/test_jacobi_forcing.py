@@ -14,6 +14,7 @@ from jaxdllm.train.distill.trajectories import (Trajectory, noise_ratios, pack, 
                                                   trajectory_examples)
 from jaxdllm.train.objectives import Views, make_objective
 from jaxdllm.train.objectives.jacobi_forcing import packed_mask, stream_layout
+from support.forward import forward
 from support.models import tiny_model
 
 N = 4
@@ -46,7 +47,17 @@ def rows(seed=0):
 
 def plain(model, ids):
     ids = jnp.asarray(np.asarray(ids)[None], jnp.int32)
-    return np.asarray(model(ids, attention=MaskSpec(kind="causal")).logits[0], np.float64)
+    return np.asarray(forward(model, ids, attention=MaskSpec(kind="causal")).logits[0], np.float64)
+
+
+def run_objective(objective, model, batch):
+    """`objective(views of model, batch, key 0)` compiled: eager op-by-op dispatch is what costs
+    time on a CPU."""
+    @nnx.jit
+    def call(model, batch, key):
+        return objective(Views(student=lambda t, p, m: model(t, p, m).logits, config=model.config), batch, key)
+
+    return call(model, batch, jax.random.PRNGKey(0))
 
 
 def log_softmax(x):
@@ -54,10 +65,9 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_packed_streams_equal_plain_causal_forwards(model):
     parts, batch = rows()
-    logits = np.asarray(model(batch["tokens"], batch["positions"], packed_mask(batch, N)).logits)
+    logits = np.asarray(forward(model, batch["tokens"], batch["positions"], packed_mask(batch, N)).logits)
     for r, (prompt, noisy, clean) in enumerate(parts):
         p, blocks = len(prompt), len(clean)
         want_clean = plain(model, np.concatenate([prompt, clean.reshape(-1)]))
@@ -91,12 +101,11 @@ def reference_loss(model_params_model, parts, ar_weight, temperature):
     return ar_weight * ar + temperature ** 2 * consistency / pairs, ar, temperature ** 2 * consistency / pairs
 
 
-@pytest.mark.parametrize("kind", ["cllm", pytest.param("jacobi_forcing", marks=pytest.mark.slow)])  # the default run's 6-minute budget
+@pytest.mark.parametrize("kind", ["cllm", "jacobi_forcing"])
 def test_loss_equals_pairwise_reference(model, kind):
     parts, batch = rows()
     objective = make_objective(kind, {"block_length": N, "temperature": 2.0}, model.config)
-    views = Views(student=lambda t, p, m: model(t, p, m).logits, config=model.config)
-    loss, metrics = objective(views, batch, jax.random.PRNGKey(0))
+    loss, metrics = run_objective(objective, model, batch)
     want, ar, cons = reference_loss(model, parts, 10.0, 2.0)
     assert cons > 0
     np.testing.assert_allclose(float(metrics["ar_loss"]), ar, rtol=1e-4)
@@ -106,20 +115,17 @@ def test_loss_equals_pairwise_reference(model, kind):
                                                     for _, n, c in parts for j in range(len(c)) if (n[j] != c[j]).any())
 
 
-@pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget
 def test_consistency_is_zero_when_noisy_equals_clean(model):
     parts, _ = rows()
     examples = [pack(p, c, c) for p, _, c in parts]
     batch = next(BatchIterator(examples, BatchConfig(seq_len=28, batch_size=2, shuffle=False, fill_with_eos=False),
                                SpecialIds(pad=PAD, bos=None, eos=EOS)))
     objective = make_objective("jacobi_forcing", {"block_length": N}, model.config)
-    _, metrics = objective(Views(student=lambda t, p, m: model(t, p, m).logits, config=model.config),
-                           {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.PRNGKey(0))
+    _, metrics = run_objective(objective, model, {k: jnp.asarray(v) for k, v in batch.items()})
     assert float(metrics["consistency_loss"]) == 0.0 and int(metrics["consistency_tokens"]) == 0
     assert float(metrics["ar_loss"]) > 0
 
 
-@pytest.mark.slow  # 20 s; the default run checks the loss terms above
 def test_no_gradient_flows_into_the_teacher_side(model):
     """The gradient equals the gradient of the same loss in which the clean logits of the
     consistency term come from a second model whose parameters are constants."""
@@ -136,9 +142,9 @@ def test_no_gradient_flows_into_the_teacher_side(model):
         mixed = jnp.where((stream == 2)[..., None], t, s)  # clean stream (the teacher side) from the constant copy
         return objective.terms(mixed, batch)["consistency"]
 
-    ours = jax.grad(lambda p: objective(Views(student=lambda t, q, m: nnx.merge(graphdef, p)(t, q, m).logits,
-                                              config=model.config), batch, jax.random.PRNGKey(0))[0])(params)
-    want = jax.grad(loss)(params, frozen)
+    ours = jax.jit(jax.grad(lambda p: objective(Views(student=lambda t, q, m: nnx.merge(graphdef, p)(t, q, m).logits,
+                                                      config=model.config), batch, jax.random.PRNGKey(0))[0]))(params)
+    want = jax.jit(jax.grad(loss))(params, frozen)
     leaves = zip(jax.tree.leaves(ours), jax.tree.leaves(want))
     assert max(float(jnp.abs(a).max()) for a in jax.tree.leaves(ours)) > 0
     for a, b in leaves:
