@@ -97,6 +97,7 @@ class Gemma4Experts(nnx.Module):
     def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
         e = self.settings = config.experts
         self.dtype = options.jnp_dtype  # kept in step with the model's options (`with_options`)
+        self.moe_impl = options.moe_impl  # likewise
         self.eps = config.norm_eps
         d, n, m = config.embed_dim, e.num_experts, e.expert_dim
         pd = options.jnp_param_dtype
@@ -121,7 +122,7 @@ class Gemma4Experts(nnx.Module):
         experts, weights = self.route(route_from)
         dt = self.dtype
         y, load = grouped_swiglu(x.astype(dt), experts, weights, self.gate.value(dt), self.up.value(dt),
-                                 self.down.value(dt), activation=gelu_tanh)
+                                 self.down.value(dt), activation=gelu_tanh, impl=self.moe_impl)
         return y.astype(x.dtype), load
 
 

@@ -85,6 +85,7 @@ class MoE(nnx.Module):
     def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
         c = self.config = config
         self.dtype = options.jnp_dtype  # kept in step with the model's options (`with_options`)
+        self.moe_impl = options.moe_impl  # likewise
         d, e, m = c.embed_dim, c.experts.num_experts, c.experts.expert_dim
         self.router = nnx.Param(_init(rngs.params(), (d, e), options.jnp_param_dtype), logical_axes=("embed", None))
         self.expert_bias = nnx.Param(jnp.zeros((e,), jnp.float32), logical_axes=(None,))
@@ -101,7 +102,7 @@ class MoE(nnx.Module):
         experts, weights = route(flat, self.router[...], self.expert_bias[...], c.experts)
         dt = self.dtype
         routed, load = grouped_swiglu(flat.astype(dt), experts, weights, self.gate.value(dt),
-                                      self.up.value(dt), self.down.value(dt))
+                                      self.up.value(dt), self.down.value(dt), impl=self.moe_impl)
         y = routed.reshape(b, l, d).astype(x.dtype)
         if self.shared is not None:
             y = y + self.shared(x)
@@ -109,14 +110,18 @@ class MoE(nnx.Module):
 
 
 def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: jax.Array, up: jax.Array,
-                   down: jax.Array, activation=jax.nn.silu) -> tuple[jax.Array, jax.Array]:
+                   down: jax.Array, activation=jax.nn.silu, impl: str = "auto") -> tuple[jax.Array, jax.Array]:
     """`sum_j weights[t, j] * glu_{experts[t, j]}(x[t])`; the gated unit is
     `down(activation(gate x) * up x)` (SwiGLU by default).
 
-    On TPU and GPU one `ragged_dot` per projection over the (token, expert) pairs sorted by expert.
-    On a CPU, where XLA's ragged dot is a slow emulation (tens of times a plain matmul over the same
-    rows, and slow to compile), every expert runs on every token and the outputs are mixed with
-    the routing weights (zero for the experts a token did not pick): the same sum.
+    `impl` (`RunOptions.moe_impl`): `auto` is `ragged_dot` on TPU and GPU and the dense mix on a
+    CPU, where XLA's ragged dot is a slow emulation (tens of times a plain matmul over the same
+    rows, and slow to compile): there every expert runs on every token and the outputs are mixed
+    with the routing weights (zero for the experts a token did not pick), the same sum.
+    `ragged_dot`: one `jax.lax.ragged_dot` per projection over the (token, expert) pairs sorted by
+    expert. `pallas`: the same sorted pairs through `jaxdllm.models.grouped_matmul` (padded to row
+    tiles once for the three projections; Triton on a GPU, interpreted elsewhere); `ragged_dot`
+    where the widths are not multiples of 16.
 
     Args:
       x: `[T, D]`; experts, weights: `[T, k]`; gate, up: `[E, D, M]`; down: `[E, M, D]`.
@@ -127,7 +132,15 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     """
     num_experts = gate.shape[0]
     load = jnp.bincount(experts.reshape(-1), length=num_experts).astype(jnp.int32)
-    if target_platform() == "cpu":  # in float32: XLA's CPU dots take no bf16 x bf16 -> f32 of these shapes
+    if impl == "auto":
+        impl = "dense" if target_platform() == "cpu" else "ragged_dot"
+    if impl == "pallas":
+        from jaxdllm.models.grouped_matmul import supported
+
+        if supported(*gate.shape[1:]) and supported(*down.shape[1:]):
+            return _pallas_swiglu(x, experts, weights, gate, up, down, activation, load), load
+        impl = "ragged_dot"  # widths the kernel's tiles do not divide (not multiples of 16)
+    if impl == "dense":  # in float32: XLA's CPU dots take no bf16 x bf16 -> f32 of these shapes
         f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
         mix = jnp.zeros((x.shape[0], num_experts), jnp.float32).at[jnp.arange(x.shape[0])[:, None], experts].add(
             f32(weights))
@@ -143,3 +156,20 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     out = dot(hidden, down)  # [T*k, D] in expert order
     out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
     return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32)), load
+
+
+def _pallas_swiglu(x, experts, weights, gate, up, down, activation, load):
+    """`grouped_swiglu` through the grouped matmul kernel: the sorted (token, expert) rows padded to
+    row tiles once, the three projections in that layout, the outputs back to their tokens."""
+    from jaxdllm.models import grouped_matmul as gm
+
+    t, k = experts.shape
+    order = jnp.argsort(experts.reshape(-1), stable=True)
+    layout = gm.tile_layout(load, t * k)
+    interpret = target_platform() != "gpu"
+    rows = gm.to_tiles(x[order // k], layout)
+    dot = lambda a, w: gm.tiled_matmul(a, w, layout, interpret)  # noqa: E731
+    hidden = (activation(dot(rows, gate)) * dot(rows, up)).astype(x.dtype)
+    out = gm.from_tiles(dot(hidden, down), layout)  # [T*k, D] in expert order
+    out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
+    return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32))

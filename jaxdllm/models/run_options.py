@@ -18,6 +18,7 @@ from jaxdllm.validation import check_fields
 
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots")
+MOE_IMPLS = ("auto", "ragged_dot", "pallas")
 QUANTIZATIONS = ("int8",)  # weight-only; see jaxdllm/models/quantize.py
 WEIGHT_FORMATS = DTYPES + QUANTIZATIONS  # how a memory plan or a decoding setup stores the weights
 # Options that fix the parameters' layout: a model built with one value cannot run with another.
@@ -41,6 +42,10 @@ class RunOptions:
         and runs with `none`.
       quantization: `None` (float weights) or `"int8"`: weight-only int8 for every linear layer and
         the LM head, one scale per output channel (`jaxdllm.models.quantize`).
+      moe_impl: how routed experts run (`jaxdllm.models.moe.grouped_swiglu`): `auto` (on a CPU every
+        expert on every token, mixed by the routing weights; on TPU and GPU XLA's `ragged_dot`),
+        `ragged_dot` (XLA's everywhere) or `pallas` (the grouped matmul kernel of
+        `jaxdllm.models.grouped_matmul`: Triton on NVIDIA GPUs, interpreted elsewhere).
     """
 
     param_dtype: str = "float32"
@@ -49,6 +54,7 @@ class RunOptions:
     scan_layers: bool = False
     remat: str = "none"
     quantization: str | None = None
+    moe_impl: str = "auto"
 
     def __post_init__(self):
         check_fields(self, "run option ")
@@ -57,6 +63,8 @@ class RunOptions:
                 raise ConfigError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if self.moe_impl not in MOE_IMPLS:
+            raise ConfigError(f"moe_impl must be one of {MOE_IMPLS}, got {self.moe_impl!r}")
         if self.remat not in REMAT_POLICIES:
             raise ConfigError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         from jaxdllm.attention import implementations  # local: attention imports nothing from models

@@ -100,7 +100,7 @@ class Transformer(nnx.Module):
         """A view of this model (the same parameter arrays) that runs with `options` changed.
 
         Only what does not change the parameters' layout may change here (`dtype`,
-        `attention_impl`, `remat`); a different `param_dtype`, `scan_layers` or `quantization` is a
+        `attention_impl`, `moe_impl`, `remat`); a different `param_dtype`, `scan_layers` or `quantization` is a
         different set of parameters: load the checkpoint with it (`from_pretrained(...)`), or use
         `jaxdllm.models.quantize.quantize_weights`.
         """
@@ -113,6 +113,8 @@ class Transformer(nnx.Module):
         for _, module in nnx.iter_modules(view):
             if isinstance(module, Einsum | MoE | Gemma4Experts):
                 module.dtype = options.jnp_dtype
+            if isinstance(module, MoE | Gemma4Experts):
+                module.moe_impl = options.moe_impl
             if isinstance(module, Attention | Gemma4Attention):
                 module.attention_impl = options.attention_impl
         view.options = options

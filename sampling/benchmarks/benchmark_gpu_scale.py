@@ -4,6 +4,7 @@ code people run today on the same card and the same weights (JSON + PNG).
     python -m sampling.benchmarks.benchmark_gpu_scale --fast-dllm ../Fast-dLLM            # one GPU (an H200 holds all four)
     python -m sampling.benchmarks.benchmark_gpu_scale --size tiny --fast-dllm ../Fast-dLLM  # CPU: tiny presets, fp32
     python -m sampling.benchmarks.benchmark_gpu_scale --models llada-8b qwen2.5-7b --budget-s 300
+    python -m sampling.benchmarks.benchmark_gpu_scale --preflight --fast-dllm ../Fast-dLLM   # any machine, no weights
 
 (run from the repository root with it on PYTHONPATH; `--fast-dllm`: a checkout of
 https://github.com/NVlabs/Fast-dLLM, read at run time and never stored here; without it the
@@ -21,6 +22,10 @@ std 0.02; norms 1) made on the device in bf16 (`benchmark_gpu_sampler.random_mod
 * `qwen2.5-7b`: jaxdllm `ar` (Jacobi with a window of 1: one token per forward), `jacobi`,
   `jacobi-forcing`, `lookahead`; PyTorch: transformers' greedy `generate`.
 * `llada2-mini` (16B, 256 experts, 8 routed): jaxdllm `llada2`.
+
+The two MoE models also run a `pallas-experts` row: the same loop with `moe_impl="pallas"` (the
+routed experts through the grouped matmul kernel of `jaxdllm.models.grouped_matmul` instead of
+XLA's `ragged_dot`), side by side with the default.
 
 The PyTorch models get jaxdllm's weights in memory through DLPack (`torch_handover`): the same
 numbers on the same device, no file. Causal rows make exactly `--gen-length` tokens (no stop
@@ -46,6 +51,10 @@ Each row runs at batch 1 and 8 (`--batches`) on the same random prompts of `--pr
 * PyTorch rows: `tokens_equal` / `token_agreement` with the jaxdllm row they stand beside (bf16 on
   a GPU may flip near-ties: recorded, not asserted); jaxdllm rows: `vs_pytorch`, their tokens/s over
   that PyTorch row's.
+
+`--preflight` checks on any machine, in a minute or two and without weights, what a GPU run needs:
+every jaxdllm row lowers for CUDA at the published shapes (and how many Triton kernels and host
+callbacks its program holds), and every PyTorch model has a place for each checkpoint tensor.
 
 `--budget-s` (default 450 s) bounds the whole run: rows that would start after it are recorded
 as skipped, so one call of the script fits its slot; the JSON is written after every row. The
@@ -80,13 +89,15 @@ SLOW_CALL_S = 10.0  # a PyTorch call this long is timed once (eager: its first c
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One decoder of a model: a jaxdllm sampler preset (`preset`, `overrides`), or a PyTorch
-    decoder (`pytorch`: a key of `pytorch_builders`) standing beside the jaxdllm row `pairs`.
-    `fed`: the tokens each row feeds a step, for the routed experts' floor (`canvas` or `block`)."""
+    """One decoder of a model: a jaxdllm sampler preset (`preset`, `overrides`) on the model run with
+    `options` (`Transformer.with_options`), or a PyTorch decoder (`pytorch`: a key of
+    `pytorch_builders`) standing beside the jaxdllm row `pairs`. `fed`: the tokens each row feeds a
+    step, for the routed experts' floor (`canvas` or `block`)."""
 
     name: str
     preset: str | None = None
     overrides: tuple = ()
+    options: tuple = ()
     pytorch: str | None = None
     pairs: str | None = None
     fed: str = "canvas"
@@ -112,6 +123,8 @@ MODELS = {
         Row("fast-dllm dual cache", pytorch="fast_dllm_dual", pairs="fast-dllm-dual"))),
     "diffusiongemma-26b-a4b": Model("diffusiongemma-26b-a4b", "tiny-diffusiongemma", (
         Row("diffusiongemma", "diffusiongemma", (("sample", False), ("stop_ids", (1,)))),
+        Row("diffusiongemma pallas-experts", "diffusiongemma", (("sample", False), ("stop_ids", (1,))),
+            (("moe_impl", "pallas"),)),
         Row("transformers generate", pytorch="hf_diffusiongemma", pairs="diffusiongemma"))),
     "qwen2.5-7b": Model("qwen2.5-7b", "tiny-qwen2", (
         Row("ar", "jacobi", (("block_length", 1),) + NO_STOP),
@@ -120,7 +133,8 @@ MODELS = {
         Row("lookahead", "lookahead", NO_STOP),
         Row("transformers greedy", pytorch="hf_greedy", pairs="ar"))),
     "llada2-mini": Model("llada2-mini", "tiny-llada2", (
-        Row("llada2", "llada2", (("stop_at_eos", False),), fed="block"),)),
+        Row("llada2", "llada2", (("stop_at_eos", False),), fed="block"),
+        Row("llada2 pallas-experts", "llada2", (("stop_at_eos", False),), (("moe_impl", "pallas"),), fed="block"))),
 }
 
 
@@ -200,8 +214,8 @@ def pytorch_row(decode, ids: np.ndarray, reps: int, device: str, weight_bytes: i
 
 
 def pytorch_builders(args, gen_length: int) -> dict:
-    """Key -> `build(model, device) -> decode`, or the reason it cannot run here (a str). The
-    Fast-dLLM loops use the block of the presets they stand beside."""
+    """Key -> its `pytorch_counterparts.Counterpart`, or the reason it cannot run here (a str).
+    The Fast-dLLM loops use the block of the presets they stand beside."""
     from jaxdllm.decoding import SamplerConfig
     from sampling.benchmarks import pytorch_counterparts as pc
 
@@ -260,9 +274,18 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
         refusal = f"time budget ({args.budget_s:.0f} s) spent before this model"
     model = sampler = None
     try:
+        samplers: dict = {}
         if refusal is None:
             model = random_model(config, RunOptions(dtype, dtype))
             sampler = Sampler(model)
+
+        def sampler_for(options: tuple):
+            if not options:
+                return sampler
+            if options not in samplers:  # a view over the same weights
+                samplers[options] = Sampler(model.with_options(**dict(options)))
+            return samplers[options]
+
         weight_bytes = config.num_params * itemsize
         rng = np.random.default_rng(args.seed)
         prompts = rng.integers(0, min(config.mask_token_id or config.vocab_size, config.vocab_size) - 8,
@@ -283,8 +306,8 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
                         record["skipped"] = f"time budget ({args.budget_s:.0f} s) spent before this row"
                     elif row.pytorch is None:
                         cfg = sampler_config(row, config, gen_length, args.dg_steps)
-                        record["preset"] = row.preset
-                        cols, tokens = jax_row(sampler, cfg, ids, args.reps, args.seed)
+                        record.update(preset=row.preset, options=dict(row.options))
+                        cols, tokens = jax_row(sampler_for(row.options), cfg, ids, args.reps, args.seed)
                         tokens_of[(row.name, batch)] = tokens
                         record.update(cols)
                         step_bytes = step_weight_bytes(config, itemsize, fed_tokens(row, cfg, batch, args.prompt_len))
@@ -313,6 +336,8 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
                 write_report(out, result, quiet=True)
     finally:
         del model, sampler
+        if "samplers" in locals():
+            samplers.clear()
         if "decoders" in locals():
             decoders.clear()
         free_device_memory()
@@ -353,6 +378,47 @@ def _line(r: dict) -> str:
             f"first call {r['first_call_s']:6.1f} s  nfe {r['nfe']:.0f}  peak {r['peak_gb'] or 0:.1f} GB")
 
 
+def preflight(args, out: Path) -> dict:
+    """On any machine, without weights: every jaxdllm row at the published shapes lowered for CUDA
+    (`Sampler.export`: seconds to lower, Triton kernels, host callbacks, while loops), and every
+    PyTorch model checked against the checkpoint tensors it would be handed
+    (`Counterpart.name_mismatches`). What a GPU run would fail on, found before it starts."""
+    from jaxdllm.decoding import Sampler
+    from jaxdllm.lowering import abstract_model, program_facts
+    from jaxdllm.models.config import ModelConfig
+    from jaxdllm.models.run_options import RunOptions
+    from sampling.benchmarks.report import write_report
+
+    result = dict(preflight=True, rows=[])
+    for name in args.models:
+        spec = MODELS[name]
+        config = ModelConfig.preset(spec.preset)
+        gen_length = config.block_size if config.gemma4 is not None else args.gen_length
+        builders = pytorch_builders(args, gen_length)
+        for row in spec.rows:
+            sampler = Sampler(abstract_model(config, options=RunOptions("bfloat16", "bfloat16", **dict(row.options))))
+            record = dict(model=name, row=row.name, side="pytorch" if row.pytorch else "jaxdllm")
+            try:
+                if row.pytorch is None:
+                    batch = max(args.batches)
+                    cfg = sampler_config(row, config, gen_length, args.dg_steps)
+                    t0 = time.perf_counter()
+                    facts = program_facts(sampler.export((batch, args.prompt_len), cfg, platform="cuda"))
+                    record.update(batch=batch, lower_s=time.perf_counter() - t0, **facts)
+                elif isinstance(builders[row.pytorch], str):
+                    record["skipped"] = builders[row.pytorch]
+                else:
+                    record["name_mismatches"] = builders[row.pytorch].name_mismatches(config)
+            except Exception as e:  # record and go on
+                record["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            print(record, flush=True)
+            result["rows"].append(record)
+            write_report(out, result, quiet=True)
+        del sampler
+        free_device_memory()
+    return result
+
+
 def main(argv=None) -> int:
     exit_if_missing(("matplotlib", "torch", "transformers"), "bench", "python -m sampling.benchmarks.benchmark_gpu_scale")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -367,6 +433,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=450.0)
     p.add_argument("--fast-dllm", default=None, help="a Fast-dLLM checkout (its llada/ folder is read)")
     p.add_argument("--out", default=None, help=f"output stem (default {OUT}_<device>)")
+    p.add_argument("--preflight", action="store_true",
+                   help="lower every row for CUDA and check the PyTorch models' names, without weights (any machine)")
     args = p.parse_args(argv)
     start = time.perf_counter()
 
@@ -377,6 +445,11 @@ def main(argv=None) -> int:
     from sampling.benchmarks.benchmark_gpu_sampler import measured_bandwidth
     from sampling.benchmarks.report import kind_slug, torch_facts, write_report
 
+    if args.preflight:
+        result = preflight(args, Path(args.out or f"{OUT}_preflight"))
+        failed = [r for r in result["rows"] if r.get("error") or r.get("name_mismatches") or r.get("host_callbacks")]
+        print(f"preflight: {len(result['rows'])} rows, {len(failed)} with a problem")
+        return 1 if failed else 0
     if args.size == "real" and jax.devices()[0].platform != "gpu":
         print("the real shapes need a GPU; on a CPU run --size tiny", file=sys.stderr)
         return 2

@@ -20,16 +20,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from jaxdllm.checkpoint import config_to_hf
-from sampling.benchmarks.torch_handover import torch_module, torch_state_dict
+from sampling.benchmarks.torch_handover import tied_names, torch_module, torch_state_dict, unset_parameters
 
 # The one line of the published LLaDA loops that fixes the batch at one prompt.
 _ONE_PROMPT = re.compile(r"torch\.full\(\(1, prompt\.shape\[1\] \+ gen_length\)")
@@ -90,21 +92,50 @@ def llada_config_json(config) -> dict:
 ONE_PROMPT_LOOPS = ("generate_with_dual_cache",)  # see the module docstring
 
 
+@dataclasses.dataclass(frozen=True)
+class Counterpart:
+    """A PyTorch decoder: `factory(config)` gives the function that makes its model (parameters
+    unset), `unused` the name prefixes of its parameters the decoder never runs (zeros), and
+    `decoder(torch_model, config, device)` the `decode` function."""
+
+    factory: Callable
+    decoder: Callable
+    unused: tuple[str, ...] = ()
+
+    def __call__(self, model, device: str):
+        """`decode` on a PyTorch model holding `model`'s weights (handed over in memory)."""
+        torch_model = torch_module(self.factory(model.config), torch_state_dict(model), device, unused=self.unused)
+        return self.decoder(torch_model, model.config, device)
+
+    def name_mismatches(self, config) -> list[str]:
+        """What the handover of a `config` model would not fit (empty: every parameter of the PyTorch
+        model gets a checkpoint tensor, tied or unused ones aside, and every tensor a parameter),
+        on unset parameters: nothing is allocated, so the published shapes are checked on any
+        machine."""
+        from jaxdllm.checkpoint.hf_names import tensor_table
+
+        with unset_parameters("cpu"):
+            module = self.factory(config)()
+        theirs = set(module.state_dict())
+        ours = {t.name for t in tensor_table(config)}
+        missing = sorted(n for n in theirs - ours - tied_names(module) if not (self.unused and n.startswith(self.unused)))
+        return [f"no weights for {n}" for n in missing[:5]] + [f"no place for {n}" for n in sorted(ours - theirs)[:5]]
+
+
 def fast_dllm(root: str | Path, loop: str, *, gen_length: int, block_length: int, threshold: float | None):
-    """`build(model, device)` for the published Fast-dLLM loop `loop` (`generate` or
-    `generate_with_dual_cache`) with `steps = gen_length` and the given threshold."""
+    """The published Fast-dLLM loop `loop` (`generate` or `generate_with_dual_cache`) with
+    `steps = gen_length` and the given threshold."""
     code = llada_code(root)
     run = getattr(code, loop)
     rows_at_once = 1 if loop in ONE_PROMPT_LOOPS else None
 
-    def build(model, device: str):
-        import torch
-
-        config = model.config
+    def factory(config):
         hf_config = code.LLaDAConfig(**llada_config_json(config))
         hf_config.use_cache = False  # transformers 5 takes use_cache out of a config's keywords; the model reads it
-        torch_model = torch_module(lambda: code.LLaDAModelLM(hf_config, init_params=False),
-                                   torch_state_dict(model), device)
+        return lambda: code.LLaDAModelLM(hf_config, init_params=False)
+
+    def decoder(torch_model, config, device: str):
+        import torch
 
         def decode(ids: np.ndarray):
             tokens, forwards = [], 0
@@ -120,49 +151,51 @@ def fast_dllm(root: str | Path, loop: str, *, gen_length: int, block_length: int
 
         return decode
 
-    return build
+    return Counterpart(factory, decoder)
 
 
 def hf_greedy(*, gen_length: int):
-    """`build(model, device)` for transformers' greedy `generate` of a Qwen2 / Llama model."""
+    """transformers' greedy `generate` of a Qwen2 / Llama model."""
 
-    def build(model, device: str):
-        import torch
+    def factory(config):
         import transformers
 
-        hf_config = transformers.AutoConfig.for_model(**config_to_hf(model.config))
-        torch_model = torch_module(lambda: transformers.AutoModelForCausalLM.from_config(hf_config),
-                                   torch_state_dict(model), device)
+        hf_config = transformers.AutoConfig.for_model(**config_to_hf(config))
+        return lambda: transformers.AutoModelForCausalLM.from_config(hf_config)
+
+    def decoder(torch_model, config, device: str):
+        import torch
+
         torch_model.generation_config.eos_token_id = None  # exactly gen_length tokens, as jaxdllm's rows
 
         def decode(ids: np.ndarray):
             prompt = torch.as_tensor(ids, dtype=torch.long, device=device)
             out = torch_model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=gen_length,
                                        min_new_tokens=gen_length, do_sample=False, eos_token_id=None,
-                                       pad_token_id=model.config.pad_token_id)
+                                       pad_token_id=config.pad_token_id)
             return out[:, ids.shape[1]:].cpu().numpy(), gen_length, gen_length
 
         return decode
 
-    return build
+    return Counterpart(factory, decoder)
 
 
 def hf_diffusiongemma(*, gen_length: int, steps: int, key_seed: int):
-    """`build(model, device)` for transformers' DiffusionGemma `generate` (one canvas of
-    `gen_length`, at most `steps` denoising steps, shared draws of `jax.random.key(key_seed)`)."""
+    """transformers' DiffusionGemma `generate` (canvases of the model's length filling
+    `gen_length`, at most `steps` denoising steps each, shared draws of `jax.random.key(key_seed)`)."""
     from sampling.benchmarks import diffusiongemma_speed as dg
 
-    def build(model, device: str):
+    def factory(config):
+        import transformers
+
+        hf_config = transformers.DiffusionGemmaConfig.from_dict(dg.hf_config_dict(config))
+        return lambda: transformers.DiffusionGemmaForBlockDiffusion(hf_config)
+
+    def decoder(torch_model, c, device: str):
         import jax
         import torch
-        import transformers
         from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
-        c = model.config
-        hf_config = transformers.DiffusionGemmaConfig.from_dict(dg.hf_config_dict(c))
-        torch_model = torch_module(lambda: transformers.DiffusionGemmaForBlockDiffusion(hf_config),
-                                   torch_state_dict(model), device,
-                                   unused=("model.encoder.vision_tower", "model.encoder.embed_vision"))
         kwargs = dict(max_new_tokens=gen_length, max_denoising_steps=steps,
                       sampler_config=EntropyBoundSamplerConfig(entropy_bound=dg.SETTINGS["entropy_bound"]),
                       t_min=dg.SETTINGS["t_min"], t_max=dg.SETTINGS["t_max"],
@@ -185,4 +218,4 @@ def hf_diffusiongemma(*, gen_length: int, steps: int, key_seed: int):
 
         return decode
 
-    return build
+    return Counterpart(factory, decoder, unused=("model.encoder.vision_tower", "model.encoder.embed_vision"))

@@ -28,6 +28,28 @@ def torch_state_dict(model) -> dict:
 
 
 @contextlib.contextmanager
+def unset_parameters(device: str, dtype=None):
+    """Modules made inside get parameters without values on `meta` and buffers on `device` (in
+    `dtype`, default the current default dtype): no initialisation runs (transformers'
+    `no_init_weights`), so a module that makes its parameters on an explicit device (the published
+    LLaDA makes them on the CPU) costs neither the memory nor the time of random weights."""
+    import torch
+
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers before 5
+        from transformers.modeling_utils import no_init_weights
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype or before)
+    try:
+        with torch.device(device), no_init_weights(), parameters_on_meta():
+            yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
 def parameters_on_meta():
     """Modules made inside put their parameters on the `meta` device (shapes only) and keep their
     buffers where they are made: `nn.Module.register_parameter` moves each new parameter."""
@@ -48,8 +70,14 @@ def parameters_on_meta():
         torch.nn.Module.register_parameter = register
 
 
+def tied_names(module) -> set[str]:
+    """The parameters a transformers model ties to others (its `all_tied_weights_keys`, or the
+    older `_tied_weights_keys`): `tie_weights()` sets them, no tensor is handed to them."""
+    return set(getattr(module, "all_tied_weights_keys", None) or getattr(module, "_tied_weights_keys", None) or ())
+
+
 def torch_module(build: Callable, state: dict, device: str, unused: tuple[str, ...] = ()):
-    """`build()` made with meta parameters on `device` (default dtype: the state's), `state`
+    """`build()` made with unset parameters on `device` (`unset_parameters`, the state's dtype), `state`
     assigned to them, the weights the model ties to others tied (transformers'
     `all_tied_weights_keys`, e.g. a tied LM head), in eval mode with gradients off. Parameters
     under the name prefixes `unused` (a part the benchmark never runs, such as a vision tower) are
@@ -60,19 +88,12 @@ def torch_module(build: Callable, state: dict, device: str, unused: tuple[str, .
     """
     import torch
 
-    dtype = next(iter(state.values())).dtype
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device), parameters_on_meta():
-            module = build()
-    finally:
-        torch.set_default_dtype(before)
+    with unset_parameters(device, next(iter(state.values())).dtype):
+        module = build()
     zeros = {n: torch.zeros(p.shape, dtype=p.dtype, device=device)
              for n, p in module.named_parameters() if n.startswith(unused) and n not in state} if unused else {}
     result = module.load_state_dict({**state, **zeros}, strict=False, assign=True)
-    tied = set(getattr(module, "all_tied_weights_keys", None) or getattr(module, "_tied_weights_keys", None) or ())
-    missing = [k for k in result.missing_keys if k not in tied]
+    missing = [k for k in result.missing_keys if k not in tied_names(module)]
     if missing or result.unexpected_keys:
         raise ValueError(f"weights do not match the PyTorch model: missing {missing[:5]}, "
                          f"unexpected {list(result.unexpected_keys)[:5]}")
