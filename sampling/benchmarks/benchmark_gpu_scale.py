@@ -50,7 +50,7 @@ Each row runs at batch 1 and 8 (`--batches`) on the same random prompts of `--pr
   during the row;
 * PyTorch rows: `tokens_equal` / `token_agreement` with the jaxdllm row they stand beside (bf16 on
   a GPU may flip near-ties: recorded, not asserted); jaxdllm rows: `vs_pytorch`, their tokens/s over
-  that PyTorch row's.
+  that PyTorch row's; `pallas-experts` rows: `tokens_equal` with the default row.
 
 `--preflight` checks on any machine, in a minute or two and without weights, what a GPU run needs:
 every jaxdllm row lowers for CUDA at the published shapes (and how many Triton kernels and host
@@ -309,6 +309,11 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
                         record.update(preset=row.preset, options=dict(row.options))
                         cols, tokens = jax_row(sampler_for(row.options), cfg, ids, args.reps, args.seed)
                         tokens_of[(row.name, batch)] = tokens
+                        base = next((r.name for r in spec.rows if r.preset == row.preset and not r.options), None)
+                        if row.options and (base, batch) in tokens_of:  # the same loop, another implementation
+                            same = tokens_of[(base, batch)] == tokens
+                            record.update(tokens_equal=bool(same.all()), token_agreement=float(same.mean()),
+                                          pairs=base)
                         record.update(cols)
                         step_bytes = step_weight_bytes(config, itemsize, fed_tokens(row, cfg, batch, args.prompt_len))
                         record.update(_rates(cols, batch, gen_length, step_bytes, result["bandwidth_GBps"]))

@@ -38,6 +38,7 @@ def test_tiny_run_matches_pytorch_and_records_what_it_skips(tmp_path):
         assert "error" not in r and r["tokens_equal"], r  # fp32 on a CPU: the same tokens as jaxdllm's row
         assert rows[(key[0], r["pairs"])]["vs_pytorch"] == pytest.approx(
             rows[(key[0], r["pairs"])]["tokens_per_s"] / r["tokens_per_s"])
+    assert rows[("diffusiongemma-26b-a4b", "diffusiongemma pallas-experts")]["tokens_equal"]
     for name in ("fast-dllm generate", "fast-dllm dual cache"):  # no published checkout given
         assert rows[("llada-8b", name)]["skipped"].startswith("no Fast-dLLM checkout")
     for r in data["rows"]:
