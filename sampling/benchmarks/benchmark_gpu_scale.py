@@ -219,19 +219,21 @@ def pytorch_builders(args, gen_length: int) -> dict:
     from jaxdllm.decoding import SamplerConfig
     from sampling.benchmarks import pytorch_counterparts as pc
 
-    block = SamplerConfig.preset("llada").block_length
-    assert block == SamplerConfig.preset("fast-dllm-dual").block_length
+    one_per_step, dual = SamplerConfig.preset("llada"), SamplerConfig.preset("fast-dllm-dual")
+    assert one_per_step.block_length == dual.block_length
 
     builders: dict = {"hf_greedy": pc.hf_greedy(gen_length=gen_length),
                       "hf_diffusiongemma": pc.hf_diffusiongemma(gen_length=gen_length, steps=args.dg_steps,
                                                                 key_seed=args.seed)}
     for key, loop, threshold in (("fast_dllm_generate", "generate", None),
-                                 ("fast_dllm_dual", "generate_with_dual_cache", 0.9)):
-        if args.fast_dllm is None:
-            builders[key] = "no Fast-dLLM checkout given (--fast-dllm)"
-        else:
-            builders[key] = pc.fast_dllm(args.fast_dllm, loop, gen_length=gen_length, block_length=block,
-                                         threshold=threshold)
+                                 ("fast_dllm_dual", "generate_with_dual_cache", dual.policy.threshold)):
+        builders[key] = "no Fast-dLLM checkout given (--fast-dllm)"
+        if args.fast_dllm is not None:
+            try:
+                builders[key] = pc.fast_dllm(args.fast_dllm, loop, gen_length=gen_length,
+                                             block_length=dual.block_length, threshold=threshold)
+            except (OSError, ValueError, ImportError) as e:  # a wrong folder or another version of the code
+                builders[key] = f"{type(e).__name__}: {e}"
     return builders
 
 
