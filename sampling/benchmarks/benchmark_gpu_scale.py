@@ -7,8 +7,8 @@ code people run today on the same card and the same weights (JSON + PNG).
     python -m sampling.benchmarks.benchmark_gpu_scale --preflight --fast-dllm ../Fast-dLLM   # any machine, no weights
 
 (run from the repository root with it on PYTHONPATH; `--fast-dllm`: a checkout of
-https://github.com/NVlabs/Fast-dLLM, read at run time and never stored here; without it the
-Fast-dLLM rows are recorded as skipped.)
+https://github.com/NVlabs/Fast-dLLM, read at run time and never stored here (`.fast-dllm/` in the
+repository root is ignored by git for it); without it the Fast-dLLM rows are recorded as skipped.)
 
 Models (`MODELS`, in this order: those with a PyTorch counterpart first), random weights (normal,
 std 0.02; norms 1) made on the device in bf16 (`benchmark_gpu_sampler.random_model`), no downloads:
