@@ -13,6 +13,7 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from support import registries
+from support.forward import forward
 from support.models import tiny_model, two_layer_diffusiongemma
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
@@ -190,7 +191,7 @@ def test_temperature_samples_follow_the_softmax(model):
     config = cfg(gen_length=1, block_length=1, steps=1, temperature=1.0)
     r = jaxdllm.generate(model, np.repeat(prompt, n, 0), config, key=jax.random.PRNGKey(3))
     canvas = np.concatenate([prompt, [[MASK_ID]]], 1)
-    probs = np.asarray(jax.nn.softmax(model(jnp.asarray(canvas)).logits[0, -1]))
+    probs = np.asarray(jax.nn.softmax(forward(model, jnp.asarray(canvas)).logits[0, -1]))
     counts = np.bincount(np.asarray(r.tokens[:, -1]), minlength=probs.size) / n
     assert np.abs(counts - probs).max() < 4 * np.sqrt(probs.max() * (1 - probs.max()) / n) + 1e-3
     greedy = jaxdllm.generate(model, prompt, config.replace(temperature=0.0))
