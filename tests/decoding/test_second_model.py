@@ -94,6 +94,7 @@ def test_apd_at_r_1_and_a_temperature_accepts_each_window_whole(pair):
     assert (np.asarray(sampled.nfe) == 1).all()
 
 
+@pytest.mark.slow  # 4,000 sampled rows (~12 s): the default run's 6-minute budget; it checks greedy speculative decoding
 def test_speculative_sampling_follows_the_target_distribution():
     """The first and second generated tokens of 4,000 rows, each against the target's own
     distribution (plain forwards); the drafter's own samples fail the same test. The drafter is the

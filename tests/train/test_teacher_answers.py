@@ -68,6 +68,7 @@ def test_answers_are_checked_and_only_right_ones_are_kept(teacher, tmp_path):
     assert json.loads((tmp_path / "t.jsonl.stats.json").read_text())["tasks"]["add"]["n"] == 12
 
 
+@pytest.mark.slow  # three teacher runs (~7 s): the default run's 6-minute budget
 def test_deterministic_per_seed(teacher, tmp_path):
     model, tok = teacher
     examples = make_mixture(["perm", "pick3"], 8, seed=0)
