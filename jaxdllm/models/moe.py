@@ -14,7 +14,8 @@ Dispatch (`grouped_swiglu`): on TPU and GPU the (token, expert) pairs are sorted
 expert's SwiGLU runs on its contiguous rows with one `ragged_dot` per projection (XLA's native
 ragged dot), and the outputs return to their tokens weighted by the routing weights. On a CPU every
 expert runs on every token and the routing weights mix the outputs (XLA's CPU ragged dot is a slow
-emulation).
+emulation). `RunOptions.moe_impl="pallas"` runs the sorted pairs through the grouped matmul kernel
+of `jaxdllm.models.grouped_matmul` instead (NVIDIA GPUs, one device).
 """
 
 from __future__ import annotations

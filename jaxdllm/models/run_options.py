@@ -45,7 +45,8 @@ class RunOptions:
       moe_impl: how routed experts run (`jaxdllm.models.moe.grouped_swiglu`): `auto` (on a CPU every
         expert on every token, mixed by the routing weights; on TPU and GPU XLA's `ragged_dot`),
         `ragged_dot` (XLA's everywhere) or `pallas` (the grouped matmul kernel of
-        `jaxdllm.models.grouped_matmul`: Triton on NVIDIA GPUs, interpreted elsewhere).
+        `jaxdllm.models.grouped_matmul`: Triton on one NVIDIA GPU, not partitioned over a mesh;
+        interpreted elsewhere, for tests).
     """
 
     param_dtype: str = "float32"
