@@ -121,6 +121,19 @@ _LISTENING = False
 
 
 @pytest.fixture
+def no_cache_write():
+    """The persistent compilation cache off for one test: nothing of it is read or written. For a
+    program whose serialisation into the cache crashed the test process in CI (twice in three runs
+    on a fresh clone, inside `put_executable_and_time`)."""
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+
+
+@pytest.fixture
 def compiles():
     """A list that collects the name of every XLA backend compile from now until the test ends.
 
