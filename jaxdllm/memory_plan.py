@@ -11,7 +11,6 @@ them with XLA's own `compiled.memory_analysis()` at small sizes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import jax
@@ -24,6 +23,7 @@ from jaxdllm.decoding.layout import block_lead, block_unit
 from jaxdllm.decoding.methods import DRAFT_CANVAS, UNIFORM_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.families import family_of
 from jaxdllm.models.run_options import WEIGHT_FORMATS, RunOptions
 
 GIB = 2 ** 30
@@ -129,19 +129,11 @@ def parameter_bytes(config: ModelConfig, mesh: MeshShape = MeshShape(), dtype: s
     return total
 
 
-@functools.lru_cache(maxsize=64)
 def _parameter_shapes(config: ModelConfig, options: RunOptions) -> tuple:
-    """`(shape, dtype, logical axes)` of every parameter of `config`'s model run with `options`, from
-    `nnx.eval_shape` (cached: a plan over several runtimes traces the model once)."""
-    from jaxdllm.models.transformer import Transformer
-
-    _, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0))))
-    out = []
-    for var in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
-        value = var.get_value()
-        axes = getattr(var, "logical_axes", None) or (None,) * len(value.shape)
-        out.append((tuple(value.shape), np.dtype(value.dtype), tuple(axes)))
-    return tuple(out)
+    """`(shape, dtype, logical axes)` of every parameter of `config`'s model run with `options`: its
+    family's answer (`Family.parameter_shapes`, from `nnx.eval_shape`, cached: a plan over several
+    runtimes traces the model once)."""
+    return family_of(config).parameter_shapes(config, options)
 
 
 def _local(n: int, shards: int) -> int:

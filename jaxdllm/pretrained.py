@@ -13,9 +13,7 @@ model use it too.
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from jaxdllm import sharding as shd
@@ -23,6 +21,7 @@ from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
 from jaxdllm.checkpoint.hf_io import from_pretrained, read_cache_notes, read_sampler_defaults
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.families import family_of
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
@@ -37,36 +36,10 @@ class Pretrained(NamedTuple):
 
 
 def default_preset(model_config: ModelConfig) -> str:
-    """The preset a checkpoint decodes with unless told otherwise: `jacobi` (greedy, exact) for a
-    causal model, `diffusiongemma` (its published sampler) for DiffusionGemma, `llada` (one token per
-    step, LLaDA's published sampler) for the other diffusion models."""
-    if model_config.gemma4 is not None:
-        return "diffusiongemma"
-    return "jacobi" if model_config.attention == "causal" else "llada"
-
-
-# DiffusionGemma's generation_config.json keys that are `diffusiongemma` policy settings of the same name.
-_GENERATION_KEYS = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
-
-
-def diffusiongemma_settings(directory: Path, model_config: ModelConfig) -> dict:
-    """The sampler settings a DiffusionGemma checkpoint's `generation_config.json` publishes (steps,
-    temperatures, stopping thresholds, entropy bound, stop ids, `max_new_tokens`), and its canvas
-    (`canvas_length`) as the block length."""
-    settings: dict[str, Any] = {"block_length": model_config.block_size}
-    file = directory / "generation_config.json"
-    raw = json.loads(file.read_text()) if file.is_file() else {}
-    settings.update({key: raw[key] for key in _GENERATION_KEYS if raw.get(key) is not None})
-    bound = (raw.get("sampler_config") or {}).get("entropy_bound")
-    if bound is not None:
-        settings["entropy_bound"] = float(bound)
-    eos = raw.get("eos_token_id")
-    if eos is not None:
-        settings["stop_ids"] = tuple(eos) if isinstance(eos, list) else (eos,)
-    length = raw.get("max_new_tokens") or SamplerConfig.preset("diffusiongemma").gen_length
-    canvas = model_config.block_size
-    settings["gen_length"] = max(canvas, -(-int(length) // canvas) * canvas)  # whole canvases
-    return settings
+    """The preset a checkpoint decodes with unless told otherwise, as its family says
+    (`Family.default_preset`): `jacobi` (greedy, exact) for a causal model, `llada` (one token per
+    step, LLaDA's published sampler) for the diffusion models, a family's own sampler where it has one."""
+    return family_of(model_config).default_preset(model_config)
 
 
 def _fitted(preset: str, model_config: ModelConfig, settings: dict) -> dict:
@@ -86,22 +59,33 @@ def checkpoint_settings(path: str | os.PathLike, preset: str | None = None) -> t
     keywords the checkpoint sets (its `jaxdllm_sampler.json`, and a `gen_length` that fits)."""
     directory = checkpoint_dir(path)
     model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
-    preset = preset or default_preset(model_config)
-    settings = read_sampler_defaults(directory)
-    if preset == "diffusiongemma":  # its generation_config.json, under what jaxdllm_sampler.json sets
-        settings = {**diffusiongemma_settings(directory, model_config), **settings}
+    family = family_of(model_config)
+    preset = preset or family.default_preset(model_config)
+    # what the family reads from the checkpoint's own files (e.g. a generation_config.json), under
+    # what jaxdllm_sampler.json sets
+    settings = {**family.sampler_settings(directory, model_config, preset), **read_sampler_defaults(directory)}
     return preset, _fitted(preset, model_config, settings)
+
+
+def _fixed_block(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint's family decodes in blocks of the model's own `block_size` only
+    (`Family.fixed_block`: a canvas the model fixes)."""
+    directory = checkpoint_dir(path)
+    config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    return family_of(config).fixed_block
 
 
 def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
     """The sampler settings a checkpoint decodes with, as a `SamplerConfig`.
 
-    In order: `preset` (default `default_preset`: `jacobi` for a causal model, `diffusiongemma` for
-    DiffusionGemma, else `llada`); for DiffusionGemma, its `generation_config.json` and canvas; the
+    In order: `preset` (default `default_preset`: `jacobi` for a causal model, a family's own
+    sampler where it has one, else `llada`); what the family reads for that preset from the
+    checkpoint's own files (`Family.sampler_settings`, e.g. a `generation_config.json`); the
     checkpoint's `jaxdllm_sampler.json` (the settings its card was measured with, e.g. 16 tokens
     for a 64-position model); a `gen_length` that fits `max_position` when the file names none;
     then `overrides`. A `gen_length` in `overrides` rescales the block length and steps that
-    come before it (`SamplerConfig.resized`): a one-block checkpoint setting stays one block.
+    come before it (`SamplerConfig.resized`): a one-block checkpoint setting stays one block; a
+    family's fixed canvas (`Family.fixed_block`) keeps its block length.
 
     Args:
       path: checkpoint folder or shipped name.
@@ -111,6 +95,9 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     preset, settings = checkpoint_settings(path, preset)
     base = SamplerConfig.preset(preset, **settings)
     if "gen_length" in overrides:
+        if "block_length" not in overrides and _fixed_block(path):
+            # the family's fixed canvas stays (a gen_length that is no multiple of it is an error)
+            overrides = {**overrides, "block_length": base.block_length}
         return base.resized(**overrides)
     return base.replace(**overrides) if overrides else base
 

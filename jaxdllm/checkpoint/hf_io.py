@@ -28,12 +28,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
-from jaxdllm.models.families.diffusion_gemma import VISION_PREFIXES
 from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
 from jaxdllm.checkpoint.hf_names import is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import quantize
-from jaxdllm.models.config import CHECKPOINT_FIELDS, ModelConfig
+from jaxdllm.models.config import ModelConfig, checkpoint_fields
+from jaxdllm.models.families import family_of
 from jaxdllm.models.families.config_json import checkpoint_dtype
 from jaxdllm.models.families.tensors import TensorMapping
 from jaxdllm.models.run_options import RunOptions, split_options
@@ -137,6 +137,14 @@ def _open(file: Path):
         raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
 
 
+def _log_ignored(directory: Path, files: dict[str, Path], config: ModelConfig) -> None:
+    """Say how many of the checkpoint's tensors the config's family skips (`Family.ignores_tensor`)."""
+    family = family_of(config)
+    ignored = sum(family.ignores_tensor(name) for name in files)
+    if ignored:
+        log.warning("%s: skipping its %d %s", directory, ignored, family.ignored_why or "tensors the model does not use")
+
+
 def _check_tensors(table: list[TensorMapping], files: dict[str, Path], config: ModelConfig,
                    handles: dict[Path, object], where: Path) -> None:
     expected = {t.name for t in table}
@@ -223,9 +231,7 @@ def verify_checkpoint(path: str | Path) -> dict:
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
-    vision = sum(name.startswith(VISION_PREFIXES) for name in files) if config.checkpoint_format == "diffusion_gemma" else 0
-    if vision:
-        log.warning("%s: skipping its %d vision tensors (jaxdllm runs DiffusionGemma on text)", directory, vision)
+    _log_ignored(directory, files, config)
     unique = set(files.values())
     return {"tensors": len(table), "files": len(unique), "bytes": sum(f.stat().st_size for f in unique)}
 
@@ -259,7 +265,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     raw = read_config_json(directory)
     config = config_from_hf(raw, where=str(directory / "config.json"))
     config_overrides, option_overrides = split_options(overrides)
-    fixed = sorted(set(config_overrides) & CHECKPOINT_FIELDS)
+    fixed = sorted(set(config_overrides) & checkpoint_fields(type(config)))
     if fixed:
         raise ConfigError(f"from_pretrained cannot override {fixed}: the checkpoint fixes them "
                          "(use dtype= for the parameter dtype)")
@@ -277,9 +283,7 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
-    vision = sum(name.startswith(VISION_PREFIXES) for name in files) if config.checkpoint_format == "diffusion_gemma" else 0
-    if vision:
-        log.warning("%s: skipping its %d vision tensors (jaxdllm runs DiffusionGemma on text)", directory, vision)
+    _log_ignored(directory, files, config)
 
     abstract = nnx.eval_shape(lambda: Transformer(config, options, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)

@@ -6,7 +6,6 @@ parameter, and which tensors hold no parameter.
 from __future__ import annotations
 
 from jaxdllm.models.config import ModelConfig
-from jaxdllm.models.families.diffusion_gemma import VISION_PREFIXES
 from jaxdllm.models.families import family_of
 from jaxdllm.models.families.tensors import TensorMapping
 
@@ -31,10 +30,10 @@ def param_location(mapping: TensorMapping, scan_layers: bool) -> tuple[tuple, tu
 
 
 def is_ignorable(name: str, config: ModelConfig) -> bool:
-    """Tensors some checkpoints carry that hold no parameter: RoPE buffers, a tied LM head, and
-    DiffusionGemma's vision tower (text only here)."""
+    """Tensors some checkpoints carry that hold no parameter: RoPE buffers, a tied LM head, and those
+    the config's family ignores (`Family.ignores_tensor`)."""
     if name.endswith("rotary_emb.inv_freq"):
         return True
-    if config.checkpoint_format == "diffusion_gemma" and name.startswith(VISION_PREFIXES):
+    if family_of(config).ignores_tensor(name):
         return True
     return config.tie_embeddings and name in ("lm_head.weight", "model.transformer.ff_out.weight")

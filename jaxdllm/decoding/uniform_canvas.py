@@ -32,6 +32,7 @@ from flax import struct
 from jaxdllm.attention import MaskSpec
 from jaxdllm.decoding.state import DecodeState, record_trajectory
 from jaxdllm.errors import ConfigError
+from jaxdllm.models.families import family_of
 
 
 def canvas_draws(key: jax.Array, rows: jax.Array, canvas: jax.Array | int, step: jax.Array | int, length: int,
@@ -74,17 +75,27 @@ class UniformCanvas:
 
     def check_config(self, config) -> None:
         if config.gen_length % config.block_length:
+            c = config.block_length
             raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of the canvas length "
-                              f"block_length ({config.block_length})")
-        if config.cache.name != "none" or config.stop_at_eos or config.cfg_scale:
+                              f"block_length ({c}): use gen_length {max(c, config.gen_length // c * c)} or "
+                              f"{-(-config.gen_length // c) * c}")
+        if config.cache.keeps_kv or config.stop_at_eos or config.cfg_scale:
             raise ConfigError("policy 'diffusiongemma' keeps its own KV cache and stops rows at its stop ids: leave "
                               "cache='none', stop_at_eos=False and cfg_scale=0")
 
     def check_model(self, model_config, config) -> None:
-        if model_config.gemma4 is None:
+        # the model must run as an encoder and as a self-conditioned denoiser (its family's forward inputs)
+        if not {"encode", "self_conditioning"} <= set(family_of(model_config).model.forward_inputs):
             raise ConfigError(f"policy {config.policy.name!r} decodes DiffusionGemma models (uniform-noise canvases, "
                               "an encoder and a self-conditioned denoiser); this model is "
-                              f"{model_config.model_type!r}")
+                              f"{model_config.model_type!r}: decode it with its own sampler (leave --preset out; from "
+                              "Python, jaxdllm.sampler_defaults(checkpoint))")
+        canvas = model_config.block_size
+        if canvas and config.block_length != canvas:
+            raise ConfigError(f"gen_length {config.gen_length} with block_length {config.block_length}: this model "
+                              f"denoises canvases of exactly {canvas} tokens (its canvas_length); set gen_length to a "
+                              f"multiple of {canvas} (e.g. {max(canvas, -(-config.gen_length // canvas) * canvas)}) and "
+                              f"block_length to {canvas}")
         if not config.policy.stop_ids and model_config.eos_token_id is None and model_config.eot_token_id is None:
             raise ConfigError("policy 'diffusiongemma' needs stop ids: set stop_ids= or the model's eos_token_id")
 

@@ -37,6 +37,7 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from jaxdllm.checkpoint.hf_io import from_pretrained  # noqa: E402
+from jaxdllm.models.families import family_of  # noqa: E402
 from jaxdllm.decoding import SamplerConfig, generate  # noqa: E402
 from jaxdllm.errors import ConfigError  # noqa: E402
 from jaxdllm.eval.runner import decode_rows  # noqa: E402
@@ -113,9 +114,13 @@ class JaxdllmLM(LM):
             chunk = requests[lo:lo + self.batch_size]
             config = self.sampler_config
             kwargs = chunk[0].args[1] if len(chunk[0].args) > 1 else {}
-            # a temperature request changes samplers that take one (DiffusionGemma's has its own schedule)
-            if kwargs.get("do_sample") and kwargs.get("temperature", 0) > 0 and self.model.config.gemma4 is None:
-                config = config.replace(temperature=float(kwargs["temperature"]))
+            # a temperature request changes samplers that take one; one with its own temperature
+            # schedule refuses it and keeps its schedule
+            if kwargs.get("do_sample") and kwargs.get("temperature", 0) > 0:
+                try:
+                    config = config.replace(temperature=float(kwargs["temperature"]))
+                except ConfigError:
+                    pass
             texts, row_nfe, row_answer, batch_seconds, _ = decode_rows(
                 self.model, self.tokenizer, [self._encode(r.args[0]) for r in chunk], config)
             for request, text in zip(chunk, texts):
@@ -140,9 +145,10 @@ class JaxdllmLM(LM):
         if attention == "block_causal":
             raise NotImplementedError("jaxdllm: loglikelihood of block-causal models is not supported; "
                                       "use generation tasks")
-        if self.model.config.gemma4 is not None:
-            raise NotImplementedError("jaxdllm: loglikelihood of DiffusionGemma (uniform-noise diffusion) is not "
-                                      "supported; use generation tasks")
+        family = family_of(self.model.config)
+        if not family.scores_likelihood:
+            raise NotImplementedError(f"jaxdllm: loglikelihood of {family.name} models is not supported; use "
+                                      "generation tasks")
         out = []
         for i, request in enumerate(tqdm(requests, desc="jaxdllm loglikelihood", disable=disable_tqdm)):
             context, continuation = request.args

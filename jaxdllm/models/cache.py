@@ -45,7 +45,7 @@ class KVCache:
         (a `scan_layers` model). `Transformer.init_cache` fills both in from the model's options."""
         if stacked:
             zeros = jnp.zeros((config.num_layers, batch_size, max_length, *config.kv_shape(0)), dtype)
-        else:  # per layer: Gemma 4's full layers have a shape of their own
+        else:  # per layer: a family's layers may differ in shape (`ModelConfig.kv_shape`)
             zeros = tuple(jnp.zeros((batch_size, max_length, *config.kv_shape(i)), dtype)
                           for i in range(config.num_layers))
         return cls(k=zeros, v=zeros, segment_ids=jnp.zeros((batch_size, max_length), jnp.int32))

@@ -1,25 +1,26 @@
-"""`ModelConfig`: one validated dataclass for LLaDA, Dream, Qwen2, Llama, block-diffusion and LLaDA2
-models.
+"""`ModelConfig`: one validated dataclass for the models that run on the shared `Transformer`; a
+family whose layers need settings of their own subclasses it in its own module
+(`jaxdllm.models.families`).
 
 Presets carry the published sizes; each model family keeps its own (`jaxdllm.models.families`) and
-registers them here for `ModelConfig.preset`. A config is immutable and hashable, so it can be a
-static jit argument.
+registers them here for `ModelConfig.preset`, with its checkpoint format, its config class (for
+`ModelConfig.from_dict`) and its parameter count. A config is immutable and hashable, so it can be
+a static jit argument.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, ClassVar, Literal, Mapping
 
 from jaxdllm.errors import ConfigError
 from jaxdllm.validation import check_fields, require_positive_int
 
 AttentionMode = Literal["bidirectional", "causal", "block_causal"]
 ATTENTION_MODES = ("bidirectional", "causal", "block_causal")
-# Which tensor names a checkpoint uses: LLaDA's OLMo-derived names or HF Llama/Qwen2 names
-# (each family's `tensor_table` in jaxdllm.models.families).
-CHECKPOINT_FORMATS = ("llada", "hf", "llada2", "diffusion_gemma")  # llada2: LLaDA2's fused qkv and per-expert names
-LAYER_TYPES = ("sliding", "full")
+# Which tensor names a checkpoint uses (each family's `tensor_table` in jaxdllm.models.families):
+# filled in as the families are registered (`register_family_config`).
+CHECKPOINT_FORMATS: set[str] = set()
 ROPE_SCALING_TYPES = ("llama3", "linear")
 
 
@@ -122,55 +123,6 @@ EXPERT_FIELDS = tuple(f.name for f in dataclasses.fields(ExpertConfig))
 
 
 @dataclasses.dataclass(frozen=True)
-class Gemma4Layers:
-    """Gemma 4's layers (DiffusionGemma): sliding and full attention layers, each with a dense MLP and
-    routed experts side by side, and the numerics that differ from the LLaMA-style block.
-
-    Sliding layers use `ModelConfig.num_kv_heads`, `head_dim` and `rope_theta` (RoPE on the whole
-    head); full layers have their own shape, share one projection for K and V (V is the raw K
-    projection through a scale-free RMSNorm) and rotate only a fraction of their frequencies
-    ("proportional" RoPE: the frequencies of the whole head dim, the rest set to zero).
-
-    Attributes:
-      layer_types: per layer, `"sliding"` or `"full"`.
-      sliding_window: W: a sliding layer's query sees at most W keys back (see `MaskSpec.window`).
-      full_head_dim, full_kv_heads: the full layers' head dim and K/V heads (`global_head_dim`,
-        `num_global_key_value_heads`).
-      full_rope_theta, full_rotary_fraction: the full layers' RoPE base and the fraction of their
-        frequency pairs that rotate (`partial_rotary_factor`).
-      final_softcap: logits become `cap * tanh(logits / cap)` (None: no cap).
-    """
-
-    layer_types: tuple[str, ...]
-    sliding_window: int
-    full_head_dim: int
-    full_kv_heads: int
-    full_rope_theta: float = 1_000_000.0
-    full_rotary_fraction: float = 0.25
-    final_softcap: float | None = 30.0
-
-    def __post_init__(self):
-        if isinstance(self.layer_types, list):
-            object.__setattr__(self, "layer_types", tuple(self.layer_types))
-        check_fields(self, "gemma4.")
-        bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
-        if bad or not self.layer_types:
-            raise ConfigError(f"gemma4.layer_types must list {LAYER_TYPES} per layer, got {bad or 'none'}")
-        for name in ("sliding_window", "full_head_dim", "full_kv_heads"):
-            require_positive_int(getattr(self, name), name)
-        rotated = self.full_head_dim * self.full_rotary_fraction
-        if self.full_head_dim % 2 or not 0 < self.full_rotary_fraction <= 1 or rotated % 2:
-            raise ConfigError(f"full layers rotate an even number of dims of an even head: full_head_dim "
-                              f"{self.full_head_dim} x full_rotary_fraction {self.full_rotary_fraction}")
-        if self.full_rope_theta <= 0 or (self.final_softcap is not None and self.final_softcap <= 0):
-            raise ConfigError("full_rope_theta and final_softcap must be positive")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Gemma4Layers":
-        return cls(**data)
-
-
-@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """What a jaxdllm `Transformer` is: shape, numerics and special tokens.
 
@@ -202,7 +154,6 @@ class ModelConfig:
         rest pass through (LLaDA2's `partial_rotary_factor`, 0.5).
       experts: the routed-expert settings of an MoE model (`ExpertConfig`); None for a dense model
         (every layer an `MLP`).
-      gemma4: Gemma 4's layers (`Gemma4Layers`: DiffusionGemma); None for the LLaMA-style block.
       source_config: the config.json this came from; keys we do not model are written back.
     """
 
@@ -234,8 +185,11 @@ class ModelConfig:
     qk_norm: bool = False
     rotary_fraction: float = 1.0
     experts: ExpertConfig | None = None
-    gemma4: Gemma4Layers | None = None
     source_config: dict | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    # Fields that hold a settings dataclass, which `replace`, `from_dict` and a recipe's
+    # `[model.NAME]` table take as a table of its fields; a family's config class adds its own.
+    settings_tables: ClassVar[Mapping[str, type]] = {"experts": ExpertConfig}
 
     def __post_init__(self):
         check_fields(self)
@@ -255,9 +209,10 @@ class ModelConfig:
                 raise ConfigError("attention='block_causal' needs a positive block_size")
         elif self.block_size is not None and self.block_size <= 0:
             raise ConfigError(f"block_size must be positive, got {self.block_size}")
-        if self.checkpoint_format not in CHECKPOINT_FORMATS:
+        # A family's presets are built before the family is registered; registration checks their format.
+        if CHECKPOINT_FORMATS and self.checkpoint_format not in CHECKPOINT_FORMATS:
             raise ConfigError(
-                f"checkpoint_format must be one of {CHECKPOINT_FORMATS}, got {self.checkpoint_format!r}")
+                f"checkpoint_format must be one of {sorted(CHECKPOINT_FORMATS)}, got {self.checkpoint_format!r}")
         if self.rope_theta <= 0 or self.norm_eps <= 0:
             raise ConfigError("rope_theta and norm_eps must be positive")
         for name in ("mask_token_id", "eos_token_id", "eot_token_id", "pad_token_id", "bos_token_id"):
@@ -271,23 +226,11 @@ class ModelConfig:
         if self.experts is not None and self.experts.first_dense_layers > self.num_layers:
             raise ConfigError(f"first_dense_layers must be in [0, num_layers={self.num_layers}], "
                               f"got {self.experts.first_dense_layers}")
-        g = self.gemma4
-        if g is not None:
-            if len(g.layer_types) != self.num_layers:
-                raise ConfigError(f"gemma4.layer_types lists {len(g.layer_types)} layers; the model has "
-                                  f"{self.num_layers}")
-            if self.num_heads % g.full_kv_heads:
-                raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of gemma4.full_kv_heads "
-                                  f"({g.full_kv_heads})")
-            if self.experts is not None and self.experts.first_dense_layers:
-                raise ConfigError("Gemma 4 layers run their experts beside the dense MLP in every layer: "
-                                  "first_dense_layers must be 0")
 
     # -- derived ------------------------------------------------------------------------------
     def kv_shape(self, index: int) -> tuple[int, int]:
-        """`(kv heads, head dim)` of layer `index` (Gemma 4's full layers have their own)."""
-        if self.gemma4 is not None and self.gemma4.layer_types[index] == "full":
-            return self.gemma4.full_kv_heads, self.gemma4.full_head_dim
+        """`(kv heads, head dim)` of layer `index` (the same for every layer here; a family whose
+        layers differ overrides it): the shape of its K/V cache slot and of its attention heads."""
         return self.num_kv_heads, self.head_dim
 
     @property
@@ -306,80 +249,46 @@ class ModelConfig:
     @property
     def identical_layers(self) -> bool:
         """Whether every layer has the same parameters' shapes (what `scan_layers` needs)."""
-        if self.gemma4 is not None and len(set(self.gemma4.layer_types)) > 1:
-            return False
         return self.num_moe_layers in (0, self.num_layers)
 
     @property
     def num_params(self) -> int:
-        """Every parameter (all experts; the MoE routers' expert biases included)."""
-        return self._count_params(active=False)
+        """Every parameter (all experts; the MoE routers' expert biases included), counted by the
+        config's family from its model's abstract parameters (`nnx.eval_shape`)."""
+        return _count_params(self)[0]
 
     @property
     def active_params(self) -> int:
         """Parameters one token's forward touches: routed experts count `experts_per_token` times
-        (the whole model for a dense config)."""
-        return self._count_params(active=True)
-
-    def _count_params(self, active: bool) -> int:
-        if self.gemma4 is not None:
-            return self._count_gemma4_params(active)
-        d, h, kv, hd, m, v = (self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim,
-                              self.mlp_dim, self.vocab_size)
-        attn = d * hd * (h + 2 * kv) + h * hd * d
-        attn += (h + 2 * kv) * hd * self.qkv_bias + d * self.out_bias + 2 * hd * self.qk_norm
-        dense_mlp = 3 * d * m + (2 * m + d) * self.mlp_bias
-        total = self.num_layers * (attn + 2 * d) + v * d * (1 if self.tie_embeddings else 2) + d
-        e, moe = self.experts, self.num_moe_layers
-        if e is None:
-            return total + self.num_layers * dense_mlp
-        routed = e.experts_per_token if active else e.num_experts
-        moe_mlp = (3 * d * e.expert_dim * (routed + e.num_shared_experts)
-                   + e.num_experts * (d + 1))  # router weights + expert bias
-        return total + moe * moe_mlp + (self.num_layers - moe) * dense_mlp
-
-    def _count_gemma4_params(self, active: bool) -> int:
-        """Gemma 4 layers (two layer scalars each: the encoder's and the decoder's), the tied
-        embedding, the final norm and the self-conditioning MLP."""
-        d, h, m, v = self.embed_dim, self.num_heads, self.mlp_dim, self.vocab_size
-        total = v * d * (1 if self.tie_embeddings else 2) + d + (3 * d * m + d)
-        for i in range(self.num_layers):
-            kv, hd = self.kv_shape(i)
-            sliding = self.gemma4.layer_types[i] == "sliding"
-            total += d * hd * (h + kv * (2 if sliding else 1)) + h * hd * d + 2 * hd + 2
-            total += 3 * d * m + 7 * d  # dense MLP; input, post-attention and the five feed-forward norms
-            e = self.experts
-            if e is not None:
-                routed = e.experts_per_token if active else e.num_experts
-                total += 3 * d * e.expert_dim * routed + e.num_experts * (d + 1) + d  # + router scale
-        return total
+        (the whole model for a dense config); counted as `num_params` is."""
+        return _count_params(self)[1]
 
     def replace(self, **changes: Any) -> "ModelConfig":
         """A copy with `changes` applied (and validated). `experts` may be a table of expert settings
         (a recipe's `[model.experts]`): it changes those of this config (`ExpertConfig.from_dict`)."""
-        if isinstance(changes.get("experts"), Mapping):
-            changes["experts"] = ExpertConfig.from_dict(changes["experts"], base=self.experts)
-        if isinstance(changes.get("gemma4"), Mapping):
-            base = dataclasses.asdict(self.gemma4) if self.gemma4 is not None else {}
-            changes["gemma4"] = Gemma4Layers.from_dict({**base, **changes["gemma4"]})
+        for name, settings in self.settings_tables.items():
+            if isinstance(changes.get(name), Mapping):
+                changes[name] = settings.from_dict(changes[name], base=getattr(self, name))
         return dataclasses.replace(self, **changes)
 
     # -- serialisation (jaxdllm's own format; HF config.json: jaxdllm.models.families) ---------
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source_config"}
-        for name in ("rope_scaling", "experts", "gemma4"):
+        for name in ("rope_scaling", *self.settings_tables):
             if out[name] is not None:
-                out[name] = dataclasses.asdict(out[name])
-        if out["gemma4"] is not None:
-            out["gemma4"]["layer_types"] = list(out["gemma4"]["layer_types"])
+                out[name] = {k: list(v) if isinstance(v, tuple) else v
+                             for k, v in dataclasses.asdict(out[name]).items()}
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
         """The config `to_dict` wrote. Also reads the older layout with the expert settings as flat
         keys (`num_experts`, ...; `num_experts` 0 or absent: dense), as older `jaxdllm_config.json`
-        files and training-checkpoint metadata hold them."""
+        files and training-checkpoint metadata hold them. On `ModelConfig`, the config class of the
+        family whose `checkpoint_format` the table names reads it."""
         data = dict(data)
+        if cls is ModelConfig:
+            cls = CONFIG_CLASSES.get(data.get("checkpoint_format"), cls)
         flat = {k: data.pop(k) for k in EXPERT_FIELDS if k in data}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -391,10 +300,9 @@ class ModelConfig:
             data["experts"] = ExpertConfig.from_dict(flat) if flat.get("num_experts") else None
         if isinstance(data.get("rope_scaling"), dict):
             data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
-        if isinstance(data.get("experts"), dict):
-            data["experts"] = ExpertConfig.from_dict(data["experts"])
-        if isinstance(data.get("gemma4"), dict):
-            data["gemma4"] = Gemma4Layers.from_dict(data["gemma4"])
+        for name, settings in cls.settings_tables.items():
+            if isinstance(data.get(name), dict):
+                data[name] = settings.from_dict(data[name])
         return cls(**data)
 
     @classmethod
@@ -408,15 +316,42 @@ class ModelConfig:
         return PRESETS[name].replace(**overrides)
 
 
-# Fields the checkpoint itself determines; overriding them would mis-read its tensors.
+# Fields the checkpoint itself determines; overriding them would mis-read its tensors (a family's
+# config class adds its own settings tables, `checkpoint_fields`).
 CHECKPOINT_FIELDS = {"vocab_size", "embed_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_dim", "qkv_bias", "out_bias", "mlp_bias", "tie_embeddings",
-                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction", "experts", "gemma4"}
+                      "checkpoint_format", "source_config", "qk_norm", "rotary_fraction", "experts"}
+
+
+def checkpoint_fields(config_class: type[ModelConfig] = ModelConfig) -> set[str]:
+    """The fields of `config_class` a checkpoint determines: `CHECKPOINT_FIELDS` and its settings tables."""
+    return CHECKPOINT_FIELDS | set(config_class.settings_tables)
 
 # Presets by name, and published checkpoint names -> the preset of their shape. Each model family
 # (`jaxdllm.models.families`, imported by `jaxdllm.models`) holds its own and registers them here.
 PRESETS: dict[str, ModelConfig] = {}
 CHECKPOINT_PRESETS: dict[str, str] = {}
+# checkpoint_format -> the config class of the family that writes it (`ModelConfig.from_dict`).
+CONFIG_CLASSES: dict[str, type[ModelConfig]] = {}
+# `config -> (num_params, active_params)`: the families' count (set by `jaxdllm.models.families`, which
+# builds the models; this module cannot import it).
+_PARAM_COUNTER: list[Callable[[ModelConfig], tuple[int, int]]] = []
+
+
+def _count_params(config: ModelConfig) -> tuple[int, int]:
+    if not _PARAM_COUNTER:
+        raise ConfigError("parameter counts come from the model families: import jaxdllm.models first")
+    return _PARAM_COUNTER[0](config)
+
+
+def register_family_config(checkpoint_format: str, config_class: type[ModelConfig],
+                           param_counter: Callable[[ModelConfig], tuple[int, int]]) -> None:
+    """Make a family's checkpoint format and config class known here, and (once) the function that
+    counts a config's parameters."""
+    CHECKPOINT_FORMATS.add(checkpoint_format)
+    CONFIG_CLASSES.setdefault(checkpoint_format, config_class)
+    if not _PARAM_COUNTER:
+        _PARAM_COUNTER.append(param_counter)
 
 
 def register_presets(presets: Mapping[str, ModelConfig], checkpoints: Mapping[str, str] | None = None) -> None:

@@ -1,11 +1,18 @@
-"""The one jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama, block diffusion, LLaDA2 and
-DiffusionGemma.
+"""The shared jaxdllm `Transformer` (Flax NNX): LLaDA, Dream, Qwen2, Llama, block diffusion and
+LLaDA2 run on it as it is; a family whose model differs subclasses it in its own module
+(`jaxdllm.models.families`) and registers the subclass for its config class (`register_model`).
 
-Which model it is lives entirely in `ModelConfig` (attention mode, biases, tied embeddings,
-token shift, special ids). How it runs lives in `RunOptions`, held once as `model.options`:
-dtypes, the attention backend, `scan_layers` (the layers' parameters stacked along a leading
-`layers` axis, run with one `jax.lax.scan`: one layer to compile), `remat` (each layer's
-activations rematerialised in the backward pass) and int8 weights.
+Which model it is lives in its `ModelConfig` (attention mode, biases, tied embeddings, token
+shift, special ids). How it runs lives in `RunOptions`, held once as `model.options`: dtypes, the
+attention backend, `scan_layers` (the layers' parameters stacked along a leading `layers` axis,
+run with one `jax.lax.scan`: one layer to compile), `remat` (each layer's activations
+rematerialised in the backward pass) and int8 weights.
+
+What a family may change is one small protocol (`MODEL_PROTOCOL`), each a method here:
+`embed_inputs` (token ids and the family's own forward inputs -> the first layer's input),
+`make_layer` (its decoder layer), `norm_output` (the final norm), `unembed` (the LM head) and
+`init_cache` (its K/V cache); `forward_inputs` names the extra keyword arguments its forward
+takes and `layer_inputs` what of them each layer reads.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxdllm import sharding as shd
@@ -23,12 +31,25 @@ from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.block import Block
-from jaxdllm.models.gemma4 import Gemma4Attention, Gemma4Block, Gemma4Experts, SelfConditioning
-from jaxdllm.models.layers import Attention, Einsum, RMSNorm, _init, rope_inv_freq
-from jaxdllm.models.moe import MoE
+from jaxdllm.models.layers import RMSNorm, _init, rope_inv_freq
 from jaxdllm.models.run_options import LAYOUT_OPTIONS, RunOptions
 
 _REMAT = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+# What a family's model class answers for (see the module notes).
+MODEL_PROTOCOL = ("embed_inputs", "make_layer", "norm_output", "unembed", "init_cache")
+# Run options that modules keep a copy of, under the option's name (`with_options` updates them).
+_FOLLOWED_OPTIONS = {"dtype": "jnp_dtype", "moe_impl": "moe_impl", "attention_impl": "attention_impl"}
+# config class -> its family's model class (`register_model`); others build the shared `Transformer`.
+_MODELS: dict[type, type] = {}
+
+
+def register_model(config_class: type, model_class: type) -> None:
+    """`Transformer(config)` builds `model_class` for a config of `config_class` (a family's own); one
+    model class per config class."""
+    if _MODELS.get(config_class, model_class) is not model_class:
+        raise ConfigError(f"{config_class.__name__} already builds {_MODELS[config_class].__name__}, not "
+                          f"{model_class.__name__}: a family with a model of its own has a config class of its own")
+    _MODELS[config_class] = model_class
 
 
 class ForwardOutput(NamedTuple):
@@ -65,7 +86,18 @@ def stack_layers(blocks: list[Block]) -> Block:
 
 
 class Transformer(nnx.Module):
-    """Decoder-only transformer; `model(input_ids)` runs the config's default attention."""
+    """Decoder-only transformer; `model(input_ids)` runs the config's default attention.
+
+    `Transformer(config, ...)` builds the model class registered for the config's class (a family's
+    subclass, `register_model`), else this one."""
+
+    # The keyword arguments a family's forward adds (`__call__(**inputs)`); none here.
+    forward_inputs: tuple[str, ...] = ()
+
+    def __new__(cls, config: ModelConfig | None = None, *args, **kwargs):
+        if cls is Transformer and config is not None:  # (copy and pickle call __new__ without arguments)
+            cls = _MODELS.get(type(config), Transformer)
+        return super().__new__(cls)
 
     def __init__(self, config: ModelConfig, options: RunOptions | None = None, *, rngs: nnx.Rngs):
         """`config`: what the model is; `options`: how it runs (default `RunOptions()`: float32,
@@ -80,13 +112,9 @@ class Transformer(nnx.Module):
         pd = options.jnp_param_dtype
         self.embed = nnx.Param(_init(rngs.params(), (config.vocab_size, config.embed_dim), pd),
                                logical_axes=("vocab", "embed"))
-        block = Gemma4Block if config.gemma4 is not None else Block
-        blocks = [block(config, options, i, rngs=rngs) for i in range(config.num_layers)]  # same draws either way
+        blocks = [self.make_layer(config, options, i, rngs=rngs) for i in range(config.num_layers)]
         self.layers = stack_layers(blocks) if options.scan_layers else nnx.List(blocks)
         self.final_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=pd)
-        # DiffusionGemma's denoiser input (`jaxdllm.models.gemma4.SelfConditioning`)
-        self.self_conditioning = (SelfConditioning(config, options, rngs=rngs) if config.gemma4 is not None
-                                  else nnx.data(None))
         self.lm_head = nnx.data(None)  # tied embeddings: the embedding table's transpose
         self.lm_head_scale = nnx.data(None)  # int8: per-vocabulary-entry scales
         if not config.tie_embeddings:
@@ -95,6 +123,12 @@ class Transformer(nnx.Module):
                 head, scale = quantize.quantize_kernel(head, (1, config.vocab_size))
                 self.lm_head_scale = nnx.Param(scale, logical_axes=(None, "vocab"))
             self.lm_head = nnx.Param(head, logical_axes=("embed", "vocab"))
+
+    @classmethod
+    def make_layer(cls, config: ModelConfig, options: RunOptions, index: int, *, rngs: nnx.Rngs) -> nnx.Module:
+        """Decoder layer `index`: `layer(x [B, L, D], positions, mask, inv_freq, kv_cache slot, **layer_inputs)
+        -> (x [B, L, D], slot, router load [E] or None)`. Here the LLaMA-style `Block`."""
+        return Block(config, options, index, rngs=rngs)
 
     def with_options(self, **changes) -> "Transformer":
         """A view of this model (the same parameter arrays) that runs with `options` changed.
@@ -111,12 +145,11 @@ class Transformer(nnx.Module):
         options = self.options.replace(**changes)
         view = nnx.merge(*nnx.split(self))
         for _, module in nnx.iter_modules(view):
-            if isinstance(module, Einsum | MoE | Gemma4Experts):
-                module.dtype = options.jnp_dtype
-            if isinstance(module, MoE | Gemma4Experts):
-                module.moe_impl = options.moe_impl
-            if isinstance(module, Attention | Gemma4Attention):
-                module.attention_impl = options.attention_impl
+            if module is view:
+                continue
+            for name, option in _FOLLOWED_OPTIONS.items():
+                if name in vars(module):
+                    setattr(module, name, getattr(options, option))
         view.options = options
         return view
 
@@ -133,9 +166,7 @@ class Transformer(nnx.Module):
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  attention: MaskSpec | None = None, cache: KVCache | None = None,
                  logits_slice: tuple[jax.Array | int, int] | None = None,
-                 return_router_loads: bool = False, *, encode: bool = False,
-                 self_conditioning: jax.Array | None = None,
-                 self_conditioning_mask: jax.Array | None = None, return_hidden: bool = False) -> ForwardOutput:
+                 return_router_loads: bool = False, *, return_hidden: bool = False, **inputs) -> ForwardOutput:
         """Logits for `input_ids` (and the updated cache, and the router loads when asked for).
 
         Args:
@@ -150,14 +181,9 @@ class Transformer(nnx.Module):
             for input positions `[start, start + length)`, skipping the LM head elsewhere.
           return_router_loads: fill `router_loads [num_moe_layers, E]` int32 (MoE models; a dense
             model's stays `None`).
-          encode: DiffusionGemma only: run as the causal encoder (plain embeddings, the encoder's
-            layer scalars) rather than the denoiser (self-conditioned input, the decoder's scalars).
-          self_conditioning: DiffusionGemma's denoiser only: `[B, L, V]` logits of the previous
-            denoising step (None: the first step, a zero signal).
-          self_conditioning_mask: `[B]` bool, rows whose `self_conditioning` is used (the others get
-            the zero signal); default all.
           return_hidden: fill `hidden [B, L or length, D]`, the final-normed hidden states at the
             logits' positions.
+          **inputs: a family's own forward inputs (`forward_inputs`; none for this class).
 
         Returns:
           A `ForwardOutput(logits, cache, router_loads, hidden)`, the same type for every flag
@@ -165,17 +191,18 @@ class Transformer(nnx.Module):
           the updated cache, or `None` without one; `router_loads` and `hidden` as above, else `None`.
         """
         with_loads = return_router_loads and self.config.experts is not None
-        if (encode or self_conditioning is not None) and self.config.gemma4 is None:
-            raise ConfigError("encode= and self_conditioning= are DiffusionGemma's (ModelConfig.gemma4)")
-        gemma = dict(encode=encode, self_conditioning=self_conditioning, self_conditioning_mask=self_conditioning_mask)
+        unknown = sorted(set(inputs) - set(self.forward_inputs))
+        if unknown:
+            raise ConfigError(f"{type(self).__name__} takes no forward input(s) {unknown} (its own: "
+                              f"{list(self.forward_inputs) or 'none'}); they belong to another model family")
         if shd.explicit_context() is not None:
-            out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads, gemma)
+            out = self._call_with_auto_axes(input_ids, positions, attention, cache, logits_slice, with_loads, inputs)
         else:
-            out = self._forward(input_ids, positions, attention, cache, logits_slice, **gemma)
+            out = self._forward(input_ids, positions, attention, cache, logits_slice, inputs)
         out = out if return_hidden else out._replace(hidden=None)
         return out if with_loads else out._replace(router_loads=None)
 
-    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads, gemma):
+    def _call_with_auto_axes(self, input_ids, positions, attention, cache, logits_slice, with_loads, inputs):
         """`__call__` inside `jax.set_mesh(mesh)` with Explicit axes (a `jax.make_mesh` mesh): the body
         runs with the mesh's axes in Auto mode (`jax.sharding.auto_axes`) and the outputs come back
         sharded over the batch axes (logits also over `vocab`)."""
@@ -185,11 +212,14 @@ class Transformer(nnx.Module):
         length = l if logits_slice is None else logits_slice[1]
         start = None if logits_slice is None else logits_slice[0]
 
-        def body(state, input_ids, positions, attention, cache, start, sc, sc_mask):
+        # array inputs go through as arguments; the rest (flags) are closed over
+        arrays = {k: v for k, v in inputs.items() if isinstance(v, jax.Array | np.ndarray)}
+        static = {k: v for k, v in inputs.items() if k not in arrays}
+
+        def body(state, input_ids, positions, attention, cache, start, arrays):
             where = None if logits_slice is None else (start, logits_slice[1])
             out = nnx.merge(graphdef, state)._forward(input_ids, positions, attention, cache, where,
-                                                      encode=gemma["encode"], self_conditioning=sc,
-                                                      self_conditioning_mask=sc_mask)
+                                                      {**static, **arrays})
             return out if with_loads else out._replace(router_loads=None)
 
         spec = lambda axes, shape: shd.logical_to_spec(axes, shape, mesh)
@@ -202,11 +232,9 @@ class Transformer(nnx.Module):
             router_loads=jax.sharding.PartitionSpec() if with_loads else None,  # loads: replicated
             hidden=spec(("batch", "length", "embed"), (b, length, d)))
         return jax.sharding.auto_axes(body, out_sharding=out)(state, input_ids, positions, attention, cache, start,
-                                                              gemma["self_conditioning"],
-                                                              gemma["self_conditioning_mask"])
+                                                              arrays)
 
-    def _forward(self, input_ids, positions, attention, cache, logits_slice, encode=False, self_conditioning=None,
-                 self_conditioning_mask=None) -> ForwardOutput:
+    def _forward(self, input_ids, positions, attention, cache, logits_slice, inputs) -> ForwardOutput:
         """The forward itself; an MoE model's router loads are always filled (`__call__` drops them)."""
         c = self.config
         b, l = input_ids.shape
@@ -220,53 +248,43 @@ class Transformer(nnx.Module):
             mask = mask.replace(q_segment_ids=q_seg, kv_segment_ids=kv_seg)
         inv_freq = rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling)
 
-        dtype = self.options.jnp_dtype
-        x = jnp.take(self.embed[...], input_ids, axis=0).astype(dtype)
-        if c.gemma4 is not None:
-            x = self._gemma4_input(x, encode, self_conditioning, self_conditioning_mask)
-        x = shd.constrain(x, ("batch", "length", "embed"))
+        x = shd.constrain(self.embed_inputs(input_ids, **inputs), ("batch", "length", "embed"))
         kv = None if cache is None else (cache.k, cache.v)
-        extra = {"encode": encode} if c.gemma4 is not None else {}
+        extra = self.layer_inputs(**inputs)
         if self.options.scan_layers:
-            x, kv, loads = self._scan_layers(x, positions, mask, inv_freq, kv)
+            x, kv, loads = self._scan_layers(x, positions, mask, inv_freq, kv, extra)
         else:
             x, kv, loads = self._unrolled_layers(x, positions, mask, inv_freq, kv, extra)
         if logits_slice is not None:
             x = jax.lax.dynamic_slice_in_dim(x, logits_slice[0], logits_slice[1], axis=1)
-        x = self.final_norm(x)
+        x = self.norm_output(x)
         logits = self.unembed(x)
         new_cache = None if cache is None else KVCache(k=kv[0], v=kv[1], segment_ids=mask.kv_segment_ids)
         return ForwardOutput(logits, new_cache, loads, x)
 
+    def embed_inputs(self, input_ids: jax.Array, **inputs) -> jax.Array:
+        """The first layer's input `[B, L, D]` (compute dtype) for `input_ids [B, L]`: the embedding rows.
+        `inputs`: a family's own forward inputs (none here)."""
+        return jnp.take(self.embed[...], input_ids, axis=0).astype(self.options.jnp_dtype)
+
+    def layer_inputs(self, **inputs) -> dict:
+        """The keyword arguments every layer call gets, from the forward's `inputs` (none here)."""
+        return {}
+
+    def norm_output(self, x: jax.Array) -> jax.Array:
+        """The final norm of the last layer's output `[B, L, D]`."""
+        return self.final_norm(x)
+
     def unembed(self, hidden: jax.Array) -> jax.Array:
         """The LM head: float32 logits `[..., L, V]` of final-normed `hidden [..., L, D]` (the
-        checkpoint's head or the tied embedding, int8 dequantised, Gemma 4's final softcap)."""
-        c, dtype = self.config, self.options.jnp_dtype
+        checkpoint's head or the tied embedding, int8 dequantised)."""
+        dtype = self.options.jnp_dtype
         if self.lm_head_scale is not None:
             head = quantize.dequantize(self.lm_head[...], self.lm_head_scale[...], dtype)
         else:
             head = (self.embed[...].T if self.lm_head is None else self.lm_head[...]).astype(dtype)
         logits = jnp.einsum("...ld,dv->...lv", hidden.astype(dtype), head, preferred_element_type=jnp.float32)
-        if c.gemma4 is not None and c.gemma4.final_softcap is not None:
-            cap = c.gemma4.final_softcap
-            logits = cap * jnp.tanh(logits / cap)
         return shd.constrain(logits, ("batch", "length", "vocab")) if logits.ndim == 3 else logits
-
-    def _gemma4_input(self, x, encode, self_conditioning, self_conditioning_mask):
-        """DiffusionGemma's input: embeddings times sqrt(D) (in the parameters' dtype); the denoiser
-        then adds the self-conditioning signal, the soft embedding `softmax(logits) E sqrt(D)`."""
-        table = self.embed[...]
-        scale = jnp.asarray(self.config.embed_dim ** 0.5, table.dtype).astype(x.dtype)
-        x = x * scale
-        if encode:
-            return x
-        soft = None
-        if self_conditioning is not None:
-            probs = jax.nn.softmax(self_conditioning.astype(jnp.float32), axis=-1).astype(table.dtype)
-            soft = jnp.einsum("blv,vd->bld", probs, table, preferred_element_type=jnp.float32).astype(x.dtype) * scale
-            if self_conditioning_mask is not None:
-                soft = soft * jnp.asarray(self_conditioning_mask, x.dtype)[:, None, None]
-        return self.self_conditioning(x, soft)
 
     def _layer_fn(self, graphdef, positions, mask, inv_freq, extra=None):
         """`(params, x, slot) -> (x, slot, load)` for one layer, rematerialised per `options.remat`."""
@@ -294,9 +312,9 @@ class Transformer(nnx.Module):
                 loads.append(load)
         return x, (None if kv is None else (tuple(new_k), tuple(new_v))), (jnp.stack(loads) if loads else None)
 
-    def _scan_layers(self, x, positions, mask, inv_freq, kv):
+    def _scan_layers(self, x, positions, mask, inv_freq, kv, extra=None):
         graphdef, params = nnx.split(self.layers)
-        layer = self._layer_fn(graphdef, positions, mask, inv_freq)
+        layer = self._layer_fn(graphdef, positions, mask, inv_freq, extra)
 
         if kv is None:
             def body(x, layer_params):

@@ -28,7 +28,7 @@ from typing import Any
 
 from jaxdllm.data import get_task
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import CHECKPOINT_FIELDS, PRESETS, ExpertConfig, Gemma4Layers, ModelConfig
+from jaxdllm.models.config import PRESETS, ModelConfig, checkpoint_fields
 from jaxdllm.models.run_options import DTYPES, RunOptions, split_options
 from jaxdllm.validation import check_fields, check_overrides, require_positive_int
 from jaxdllm.train.lora import LoraConfig
@@ -66,17 +66,16 @@ class ModelSection:
         # A checkpoint fixes its own shapes; a preset takes any field (vocab and ids come from the tokenizer).
         # Keys that say how the model runs (`RunOptions`) go with either.
         fields, options = split_options(self.overrides)
-        fixed = CHECKPOINT_FIELDS if self.init_from else {"source_config"}
-        if isinstance(fields.get("experts"), dict) and "experts" not in fixed:
-            # a [model.experts] table: changes the preset's expert settings (`ModelConfig.replace`)
-            check_overrides(ExpertConfig, fields["experts"], "[model.experts]")
-            fields = {k: v for k, v in fields.items() if k != "experts"}
-        if isinstance(fields.get("gemma4"), dict) and "gemma4" not in fixed:
-            # a [model.gemma4] table: changes the preset's Gemma 4 layer settings
-            check_overrides(Gemma4Layers, fields["gemma4"], "[model.gemma4]")
-            fields = {k: v for k, v in fields.items() if k != "gemma4"}
+        # the preset's config class (a family's own may have more fields)
+        config_class = type(PRESETS[self.preset]) if self.preset else ModelConfig
+        fixed = checkpoint_fields(config_class) if self.init_from else {"source_config"}
+        for name, settings in config_class.settings_tables.items():
+            if isinstance(fields.get(name), dict) and name not in fixed:
+                # a [model.NAME] table (e.g. [model.experts]): changes the preset's settings (`ModelConfig.replace`)
+                check_overrides(settings, fields[name], f"[model.{name}]")
+                fields = {k: v for k, v in fields.items() if k != name}
         try:
-            check_overrides(ModelConfig, fields, "[model]", exclude=tuple(fixed))
+            check_overrides(config_class, fields, "[model]", exclude=tuple(fixed))
         except ConfigError as e:
             raise ConfigError(f"{e}; or a run option: {list(RunOptions.fields())}") from None
         check_overrides(RunOptions, options, "[model]")

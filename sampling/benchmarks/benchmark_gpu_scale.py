@@ -258,6 +258,7 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
 
     from jaxdllm.decoding import Sampler
     from jaxdllm.models.config import ModelConfig
+    from jaxdllm.models.families.diffusion_gemma import DiffusionGemmaConfig
     from jaxdllm.models.run_options import RunOptions
     from sampling.benchmarks.benchmark_gpu_sampler import random_model
     from sampling.benchmarks.report import write_report
@@ -266,8 +267,8 @@ def run_model(name: str, args, result: dict, out: Path, deadline: float) -> None
     tiny = args.size == "tiny"
     config = ModelConfig.preset(spec.tiny if tiny else spec.preset)
     dtype = "float32" if tiny else "bfloat16"
-    gen_length = config.block_size if config.gemma4 is not None else args.gen_length  # DiffusionGemma: one canvas
-    if tiny and config.gemma4 is not None:
+    gen_length = config.block_size if isinstance(config, DiffusionGemmaConfig) else args.gen_length  # DiffusionGemma: one canvas
+    if tiny and isinstance(config, DiffusionGemmaConfig):
         gen_length = 2 * config.block_size
     itemsize = 4 if tiny else 2
     device = "cuda" if jax.devices()[0].platform == "gpu" else "cpu"
@@ -393,6 +394,7 @@ def preflight(args, out: Path) -> dict:
     from jaxdllm.decoding import Sampler
     from jaxdllm.lowering import abstract_model, program_facts
     from jaxdllm.models.config import ModelConfig
+    from jaxdllm.models.families.diffusion_gemma import DiffusionGemmaConfig
     from jaxdllm.models.run_options import RunOptions
     from sampling.benchmarks.report import write_report
 
@@ -400,7 +402,7 @@ def preflight(args, out: Path) -> dict:
     for name in args.models:
         spec = MODELS[name]
         config = ModelConfig.preset(spec.preset)
-        gen_length = config.block_size if config.gemma4 is not None else args.gen_length
+        gen_length = config.block_size if isinstance(config, DiffusionGemmaConfig) else args.gen_length
         builders = pytorch_builders(args, gen_length)
         for row in spec.rows:
             sampler = Sampler(abstract_model(config, options=RunOptions("bfloat16", "bfloat16", **dict(row.options))))

@@ -1,19 +1,38 @@
-"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`,
-`diffusion_gemma`)
-holding its model_types, presets, config.json reading and writing, tensor table, special ids and
-notes. Everything else dispatches through `FAMILIES`: a new family is one module and one line here.
+"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`) or
+one subpackage for a family with a model of its own (`diffusion_gemma`), holding its model_types,
+presets, config.json reading and writing, tensor table, special ids, model, parameter count and
+default sampler. Everything else dispatches through `FAMILIES`: a new family is one module and one
+line here; `register` checks it against the protocol (`family.FAMILY_PROTOCOL`).
 """
 
 from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError, ConfigError
-from jaxdllm.models.config import ModelConfig, register_presets
+from jaxdllm.models.config import ModelConfig, register_family_config, register_presets
 from jaxdllm.models.families import block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama
-from jaxdllm.models.families.family import Family
+from jaxdllm.models.families.family import Family, check_family
+from jaxdllm.models.transformer import register_model
+
+
+def _count_params(config: ModelConfig) -> tuple[int, int]:
+    return tuple(family_of(config).param_counts(config))
+
+
+def register(*families: Family) -> tuple[Family, ...]:
+    """Check each family against the protocol (`check_family`: a `ConfigError` naming what it lacks),
+    then make its presets, checkpoint format, config class and model class known. Returns them."""
+    for family in families:
+        check_family(family)
+    for family in families:
+        register_presets(family.presets, family.checkpoints)
+        register_family_config(family.checkpoint_format, family.config_class, _count_params)
+        register_model(family.config_class, family.model)
+    return families
+
 
 # In lookup order: a family that refines others (block diffusion: Qwen2 / Dream / Llama with a block
 # size) comes before them.
-FAMILIES: tuple[Family, ...] = (
+FAMILIES: tuple[Family, ...] = register(
     llada.FAMILY,
     block_diffusion.FAMILY,
     dream.FAMILY,
@@ -44,7 +63,4 @@ def family_of(config: ModelConfig) -> Family:
                       f"families: {', '.join(f.name for f in FAMILIES)}")
 
 
-for _family in FAMILIES:
-    register_presets(_family.presets, _family.checkpoints)
-
-__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "Family", "family_for_hf", "family_of"]
+__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "Family", "family_for_hf", "family_of", "register"]

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
+from jaxdllm.models.families import family_of
 from jaxdllm.train.objectives.base import Objective, Views, accuracy, token_ce
 
 
@@ -53,7 +54,8 @@ class UniformBlockDiffusion(Objective):
             raise ConfigError("[objective] needs 0 < t_min < 1, 0 <= self_conditioning <= 1 and encoder_weight >= 0")
 
     def check(self, config):
-        if config.gemma4 is None:
+        # the model must run as an encoder and as a self-conditioned denoiser (its family's forward inputs)
+        if not {"encode", "self_conditioning"} <= set(family_of(config).model.forward_inputs):
             raise ConfigError("objective 'uniform_block_diffusion' trains DiffusionGemma models (an encoder and a "
                               f"self-conditioned denoiser on one weight set); this model is {config.model_type!r}")
         if not (self.block_size or config.block_size):

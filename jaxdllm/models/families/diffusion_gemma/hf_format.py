@@ -1,23 +1,5 @@
-"""DiffusionGemma (Google DeepMind): uniform-noise block diffusion on Gemma 4 mixture-of-experts
-layers, as a jaxdllm config.
-
-The family runs on the one `Transformer` with Gemma 4's layers (`jaxdllm.models.gemma4`,
-`ModelConfig.gemma4`); this module holds the facts, presets, config.json reading and writing and
-the tensor table (from transformers' `models/diffusion_gemma/`, the published reference).
-
-Published size (preset `diffusiongemma-26b-a4b`, `google/diffusiongemma-26B-A4B-it`): 25.25B text
-parameters, ~3.8B active per token; 30 layers of width 2816, 16 query heads; sliding layers (every
-layer but 5, 11, 17, 23, 29) 8 K/V heads of 256 with a window of 1024 and RoPE theta 1e4; full
-layers 2 K/V heads of 512, K = V, proportional RoPE theta 1e6 on a quarter of the frequencies; a
-dense GeLU-tanh MLP of 2112 and 128 experts of 704 (8 per token) in every layer; vocabulary 262,144,
-tied embeddings, logits softcapped at 30. Canvas (block) 256. Ids: pad 0, eos 1, bos 2; generation
-stops at any of 1, 106, 50.
-
-One weight set, two modes (`Transformer.__call__(encode=...)`): the causal encoder writes the
-prompt and every finished canvas into the KV cache; the denoiser runs bidirectionally over a canvas
-of C tokens attending to [cache; canvas] and never writes the cache. A sliding layer's canvas sees
-its W - 1 last cached tokens and the whole canvas (`MaskSpec.window`). The denoiser's input is
-self-conditioned on its previous step's logits (`jaxdllm.models.gemma4.SelfConditioning`).
+"""DiffusionGemma's checkpoints in transformers' layout (`models/diffusion_gemma/`, the published
+reference): config.json reading and writing, and the tensor table.
 
 config.json: the top level holds `model_type` "diffusion_gemma", `canvas_length` (-> `block_size`)
 and `text_config` (the text model's keys, `hidden_size` etc.; the full layers' shape in
@@ -26,60 +8,25 @@ read; text-only models written here get a tiny one (transformers always builds a
 
 Tensors: text weights once, under `model.decoder.*`, plus the encoder's own layer scalars
 `model.encoder.language_model.layers.{i}.layer_scalar`; the experts as `[E, 2M, D]` gate-up and
-`[E, D, M]` down tensors; the head tied. Vision tensors (`model.encoder.vision_tower.*`,
+`[E, D, M]` down tensors; the head tied. Vision tensors (`VISION_PREFIXES`: `model.encoder.vision_tower.*`,
 `model.encoder.embed_vision.*`) are skipped on import (text only).
 """
 
 from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError
-from jaxdllm.models.config import ExpertConfig, Gemma4Layers, ModelConfig
+from jaxdllm.models.config import ExpertConfig
 from jaxdllm.models.families.config_json import first_id, require
-from jaxdllm.models.families.family import Family
+from jaxdllm.models.families.diffusion_gemma.gemma_config import (CANVAS, DiffusionGemmaConfig, Gemma4Layers,
+                                                                   published_layer_types)
 from jaxdllm.models.families.tensors import TensorMapping, swiglu
 
 MODEL_TYPES = ("diffusion_gemma",)
-VOCAB_SIZE = 262144
-CANVAS = 256
-# The published generation config stops at any of these (eos, end of turn, and 50).
-STOP_IDS = (1, 106, 50)
 VISION_PREFIXES = ("model.encoder.vision_tower.", "model.encoder.embed_vision.")
 _LAYER_TYPE = {"sliding_attention": "sliding", "full_attention": "full"}
 # A vision tower small enough to build (transformers builds one for every DiffusionGemma config).
 TINY_VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                    num_attention_heads=2, num_key_value_heads=2, head_dim=8)
-
-
-def published_layer_types(num_layers: int, every: int = 6) -> tuple[str, ...]:
-    """Gemma 4's pattern: a full layer every `every` layers, and always as the last layer."""
-    types = ["full" if (i + 1) % every == 0 else "sliding" for i in range(num_layers)]
-    types[-1] = "full"
-    return tuple(types)
-
-
-def _config(num_layers, embed_dim, num_heads, kv_heads, head_dim, full_kv_heads, full_head_dim, mlp_dim, window,
-            experts, vocab=VOCAB_SIZE, canvas=CANVAS, max_position=262144, layer_types=None) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=vocab, embed_dim=embed_dim, num_layers=num_layers, num_heads=num_heads, num_kv_heads=kv_heads,
-        head_dim=head_dim, mlp_dim=mlp_dim, attention="bidirectional", block_size=canvas, tie_embeddings=True,
-        rope_theta=10000.0, norm_eps=1e-6, max_position=max_position, eos_token_id=1, pad_token_id=0,
-        bos_token_id=2, eot_token_id=106 if vocab > 106 else None, checkpoint_format="diffusion_gemma",
-        model_type="diffusion_gemma", experts=experts,
-        gemma4=Gemma4Layers(layer_types=layer_types or published_layer_types(num_layers), sliding_window=window,
-                            full_head_dim=full_head_dim, full_kv_heads=full_kv_heads))
-
-
-PRESETS = {
-    # google/diffusiongemma-26B-A4B-it: 25.25B text parameters, ~3.8B active per token.
-    "diffusiongemma-26b-a4b": _config(30, 2816, 16, 8, 256, 2, 512, 2112, 1024,
-                                      ExpertConfig(num_experts=128, experts_per_token=8, expert_dim=704)),
-    # Tiny size for tests (random weights, fp32): two sliding layers then two full ones.
-    "tiny-diffusiongemma": _config(4, 64, 4, 2, 16, 1, 32, 96, 8,
-                                   ExpertConfig(num_experts=8, experts_per_token=2, expert_dim=24),
-                                   vocab=256, canvas=8, max_position=512,
-                                   layer_types=("sliding", "sliding", "full", "full")),
-}
-CHECKPOINTS = {"google/diffusiongemma-26B-A4B-it": "diffusiongemma-26b-a4b"}
 
 
 def _full_layer_shape(text: dict, types: tuple[str, ...], where: str) -> tuple[int, int]:
@@ -99,7 +46,7 @@ def _full_layer_shape(text: dict, types: tuple[str, ...], where: str) -> tuple[i
             text.get("global_head_dim", 512))
 
 
-def config_from_hf(raw: dict, where: str) -> ModelConfig:
+def config_from_hf(raw: dict, where: str) -> DiffusionGemmaConfig:
     """DiffusionGemma (`configuration_diffusion_gemma.py`); absent keys take that file's defaults."""
     text = raw.get("text_config") or {}
     require(text, ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"), where + " text_config")
@@ -135,7 +82,7 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
     eos = text.get("eos_token_id", 1)
     eot = eos[1] if isinstance(eos, list) and len(eos) > 1 else None
     heads = text["num_attention_heads"]
-    return ModelConfig(
+    return DiffusionGemmaConfig(
         vocab_size=text["vocab_size"], embed_dim=text["hidden_size"], num_layers=n, num_heads=heads,
         num_kv_heads=text.get("num_key_value_heads", 4), head_dim=text.get("head_dim", 256),
         mlp_dim=text.get("intermediate_size", 9216), attention="bidirectional",
@@ -152,7 +99,7 @@ def config_from_hf(raw: dict, where: str) -> ModelConfig:
         source_config=raw)
 
 
-def config_to_hf(c: ModelConfig, out: dict) -> None:
+def config_to_hf(c: DiffusionGemmaConfig, out: dict) -> None:
     """DiffusionGemma's config.json into `out`: the text model under `text_config` (the special ids
     there too), `canvas_length`, and a vision config (a tiny one when the source had none)."""
     g = c.gemma4
@@ -191,7 +138,7 @@ _NORMS = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "post_a
           ("post_feedforward_layernorm", "post_ff_norm"))
 
 
-def tensor_table(c: ModelConfig) -> list[TensorMapping]:
+def tensor_table(c: DiffusionGemmaConfig) -> list[TensorMapping]:
     """DiffusionGemma (`modeling_diffusion_gemma.py`) names, text weights only."""
     d, h, v, m = c.embed_dim, c.num_heads, c.vocab_size, c.mlp_dim
     table = [TensorMapping("model.decoder.embed_tokens.weight", ("embed",), (v, d), (v, d), False)]
@@ -230,9 +177,3 @@ def tensor_table(c: ModelConfig) -> list[TensorMapping]:
     table += [TensorMapping(f"model.encoder.language_model.layers.{i}.layer_scalar",
                             ("layers", i, "encoder_layer_scalar"), (1,), (1,), False) for i in range(c.num_layers)]
     return table
-
-
-FAMILY = Family(name="diffusion_gemma", model_types=MODEL_TYPES, checkpoint_format="diffusion_gemma",
-                presets=PRESETS, config_from_hf=config_from_hf, config_to_hf=config_to_hf, tensor_table=tensor_table,
-                checkpoints=CHECKPOINTS, holds=lambda c: c.checkpoint_format == "diffusion_gemma",
-                writes_special_ids=True)

@@ -1,5 +1,11 @@
-"""Gemma 4's transformer layer (DiffusionGemma), run by the one `Transformer` when
-`ModelConfig.gemma4` is set.
+"""DiffusionGemma's model: the shared `Transformer` with Gemma 4's layers, a self-conditioned input
+and a softcapped head (`DiffusionGemmaTransformer`).
+
+One weight set, two modes (`DiffusionGemmaTransformer.__call__(encode=...)`): the causal encoder
+writes the prompt and every finished canvas into the KV cache; the denoiser runs bidirectionally
+over a canvas of C tokens attending to [cache; canvas] and never writes the cache. A sliding
+layer's canvas sees its W - 1 last cached tokens and the whole canvas (`MaskSpec.window`). The
+denoiser's input is self-conditioned on its previous step's logits (`SelfConditioning`).
 
 One layer, from the published `modeling_diffusion_gemma.py` (`architectures.md`, DiffusionGemma):
 
@@ -24,10 +30,11 @@ from flax import nnx
 
 from jaxdllm.attention import MaskSpec, attend
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.families.diffusion_gemma.gemma_config import DiffusionGemmaConfig
 from jaxdllm.models.layers import MLP, Einsum, RMSNorm, _init, apply_rope, einsum_options, gelu_tanh, rope_inv_freq
 from jaxdllm.models.moe import ExpertKernel, grouped_swiglu
 from jaxdllm.models.run_options import RunOptions
+from jaxdllm.models.transformer import Transformer
 
 
 def rms_normalize(x: jax.Array, eps: float) -> jax.Array:
@@ -48,7 +55,7 @@ def proportional_inv_freq(head_dim: int, theta: float, fraction: float) -> np.nd
 class Gemma4Attention(nnx.Module):
     """Gemma 4 attention of one layer (sliding or full); the cache slot works as `Attention`'s."""
 
-    def __init__(self, config: ModelConfig, options: RunOptions, index: int, *, rngs: nnx.Rngs):
+    def __init__(self, config: DiffusionGemmaConfig, options: RunOptions, index: int, *, rngs: nnx.Rngs):
         g, kw = config.gemma4, einsum_options(options, rngs)
         d, h = config.embed_dim, config.num_heads
         kv, hd = config.kv_shape(index)
@@ -94,7 +101,7 @@ class Gemma4Attention(nnx.Module):
 class Gemma4Experts(nnx.Module):
     """Gemma 4's routed experts: `(route_from [T, D], x [T, D]) -> ([T, D], load [E])`."""
 
-    def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
+    def __init__(self, config: DiffusionGemmaConfig, options: RunOptions, *, rngs: nnx.Rngs):
         e = self.settings = config.experts
         self.dtype = options.jnp_dtype  # kept in step with the model's options (`with_options`)
         self.moe_impl = options.moe_impl  # likewise
@@ -129,7 +136,7 @@ class Gemma4Experts(nnx.Module):
 class Gemma4Block(nnx.Module):
     """One Gemma 4 layer (see the module notes); `encode` picks the encoder's layer scalar."""
 
-    def __init__(self, config: ModelConfig, options: RunOptions, index: int = 0, *, rngs: nnx.Rngs):
+    def __init__(self, config: DiffusionGemmaConfig, options: RunOptions, index: int = 0, *, rngs: nnx.Rngs):
         pd, d, eps = options.jnp_param_dtype, config.embed_dim, config.norm_eps
         norm = lambda: RMSNorm(d, eps, param_dtype=pd)  # noqa: E731
         self.attn_norm, self.post_attn_norm = norm(), norm()
@@ -165,7 +172,7 @@ class SelfConditioning(nnx.Module):
     """DiffusionGemma's self-conditioning: the denoiser's input is
     `rmsnorm_noscale(e + mlp(pre_norm(s)))`, `s` the soft embedding of the previous step's logits."""
 
-    def __init__(self, config: ModelConfig, options: RunOptions, *, rngs: nnx.Rngs):
+    def __init__(self, config: DiffusionGemmaConfig, options: RunOptions, *, rngs: nnx.Rngs):
         self.eps = config.norm_eps
         self.pre_norm = RMSNorm(config.embed_dim, config.norm_eps, param_dtype=options.jnp_param_dtype)
         self.mlp = MLP(config, options, activation=gelu_tanh, rngs=rngs)
@@ -175,3 +182,65 @@ class SelfConditioning(nnx.Module):
         if soft is not None:
             e = e + self.mlp(self.pre_norm(soft))
         return rms_normalize(e, self.eps)
+
+
+class DiffusionGemmaTransformer(Transformer):
+    """The shared `Transformer` with Gemma 4's layers (`Gemma4Block`), its input (embeddings times
+    sqrt(D); the denoiser's self-conditioned on the previous step's logits) and its head (the tied
+    embedding, logits softcapped). `Transformer(config)` builds this class for a
+    `DiffusionGemmaConfig`."""
+
+    forward_inputs = ("encode", "self_conditioning", "self_conditioning_mask")
+
+    def __init__(self, config: DiffusionGemmaConfig, options: RunOptions | None = None, *, rngs: nnx.Rngs):
+        super().__init__(config, options, rngs=rngs)
+        self.self_conditioning = SelfConditioning(config, self.options, rngs=rngs)
+
+    @classmethod
+    def make_layer(cls, config: DiffusionGemmaConfig, options: RunOptions, index: int, *, rngs: nnx.Rngs) -> Gemma4Block:
+        return Gemma4Block(config, options, index, rngs=rngs)
+
+    def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None, attention: MaskSpec | None = None,
+                 cache=None, logits_slice=None, return_router_loads: bool = False, *, encode: bool = False,
+                 self_conditioning: jax.Array | None = None, self_conditioning_mask: jax.Array | None = None,
+                 return_hidden: bool = False):
+        """`Transformer.__call__` (same arguments and `ForwardOutput`), and:
+
+        Args:
+          encode: run as the causal encoder (plain embeddings, the encoder's layer scalars) rather
+            than the denoiser (self-conditioned input, the decoder's scalars).
+          self_conditioning: the denoiser's `[B, L, V]` logits of the previous denoising step (None:
+            the first step, a zero signal).
+          self_conditioning_mask: `[B]` bool, rows whose `self_conditioning` is used (the others get
+            the zero signal); default all.
+        """
+        return super().__call__(input_ids, positions, attention, cache, logits_slice, return_router_loads,
+                                return_hidden=return_hidden, encode=encode, self_conditioning=self_conditioning,
+                                self_conditioning_mask=self_conditioning_mask)
+
+    def embed_inputs(self, input_ids: jax.Array, encode: bool = False, self_conditioning: jax.Array | None = None,
+                     self_conditioning_mask: jax.Array | None = None) -> jax.Array:
+        """`[B, L, D]`: embeddings times sqrt(D) (in the parameters' dtype); the denoiser then adds the
+        self-conditioning signal, the soft embedding `softmax(logits) E sqrt(D)`."""
+        x = super().embed_inputs(input_ids)
+        table = self.embed[...]
+        scale = jnp.asarray(self.config.embed_dim ** 0.5, table.dtype).astype(x.dtype)
+        x = x * scale
+        if encode:
+            return x
+        soft = None
+        if self_conditioning is not None:
+            probs = jax.nn.softmax(self_conditioning.astype(jnp.float32), axis=-1).astype(table.dtype)
+            soft = jnp.einsum("blv,vd->bld", probs, table, preferred_element_type=jnp.float32).astype(x.dtype) * scale
+            if self_conditioning_mask is not None:
+                soft = soft * jnp.asarray(self_conditioning_mask, x.dtype)[:, None, None]
+        return self.self_conditioning(x, soft)
+
+    def layer_inputs(self, encode: bool = False, **_) -> dict:
+        return {"encode": encode}
+
+    def unembed(self, hidden: jax.Array) -> jax.Array:
+        """The tied head's float32 logits `[..., L, V]`, softcapped (`cap * tanh(logits / cap)`)."""
+        logits = super().unembed(hidden)
+        cap = self.config.gemma4.final_softcap
+        return logits if cap is None else cap * jnp.tanh(logits / cap)
