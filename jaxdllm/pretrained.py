@@ -67,6 +67,12 @@ def checkpoint_settings(path: str | os.PathLike, preset: str | None = None) -> t
     return preset, _fitted(preset, model_config, settings)
 
 
+def _block_causal(path: str | os.PathLike) -> bool:
+    """Whether the checkpoint's model attends block-causally (LLaDA2, block diffusion)."""
+    directory = checkpoint_dir(path)
+    return config_from_hf(read_config_json(directory), where=str(directory / "config.json")).attention == "block_causal"
+
+
 def _fixed_block(path: str | os.PathLike) -> bool:
     """Whether the checkpoint's family decodes in blocks of the model's own `block_size` only
     (`Family.fixed_block`: a canvas the model fixes)."""
@@ -85,7 +91,8 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     for a 64-position model); a `gen_length` that fits `max_position` when the file names none;
     then `overrides`. A `gen_length` in `overrides` rescales the block length and steps that
     come before it (`SamplerConfig.resized`): a one-block checkpoint setting stays one block; a
-    family's fixed canvas (`Family.fixed_block`) keeps its block length.
+    block-causal model (it decodes any `gen_length` in whole blocks) and a family's fixed canvas
+    (`Family.fixed_block`) keep their block length.
 
     Args:
       path: checkpoint folder or shipped name.
@@ -95,8 +102,10 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     preset, settings = checkpoint_settings(path, preset)
     base = SamplerConfig.preset(preset, **settings)
     if "gen_length" in overrides:
-        if "block_length" not in overrides and _fixed_block(path):
-            # the family's fixed canvas stays (a gen_length that is no multiple of it is an error)
+        if "block_length" not in overrides and (_block_causal(path) or _fixed_block(path)):
+            # A block-causal model decodes any gen_length in its blocks (to the end of the block that
+            # holds the last position, as the published loops): the block stays. So does a family's
+            # fixed canvas (`Family.fixed_block`: a gen_length that is no multiple of it is an error).
             overrides = {**overrides, "block_length": base.block_length}
         return base.resized(**overrides)
     return base.replace(**overrides) if overrides else base

@@ -215,13 +215,10 @@ class BlockCache(Cache):
             raise ConfigError("cache='block' caches the finished blocks of a block-causal model; this model is "
                               "bidirectional: use cache='none', 'prefix' or 'dual'")
         super().check_model(model_config, config)
-        bl, bs, G = config.block_length, model_config.block_size, config.gen_length
+        bl, bs = config.block_length, model_config.block_size
         if bl % bs and bs % bl:
             raise ConfigError(f"cache='block' needs block_length ({bl}) to be a multiple or a divisor of the "
                               f"model's block_size ({bs})")
-        if G % bs:
-            raise ConfigError(f"cache='block' needs gen_length ({G}) to be a multiple of the model's "
-                              f"block_size ({bs})")
 
     @staticmethod
     def window(lay, config) -> int:

@@ -124,7 +124,9 @@ class SamplerConfig:
     # -- derived -------------------------------------------------------------------------------
     @property
     def num_blocks(self) -> int:
-        return self.gen_length // self.block_length
+        """Blocks of `block_length` that hold `gen_length` tokens (a block-causal model decodes any
+        `gen_length`, to the end of a block)."""
+        return -(-self.gen_length // self.block_length)
 
     @property
     def steps_per_block(self) -> int:
@@ -204,10 +206,11 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
         else:
             out["block_length"] = max(d for d in range(1, min(base.block_length, gen) + 1) if gen % d == 0)
     block = out["block_length"]
-    if "steps" not in out and isinstance(block, int) and block > 0 and gen % block == 0:
-        blocks = gen // block
-        per_token = -(-base.steps * gen // base.gen_length)  # ceil(G * published steps / published G)
-        out["steps"] = min(-(-per_token // blocks) * blocks, max(gen, blocks))
+    if "steps" not in out and isinstance(block, int) and block > 0:
+        blocks = -(-gen // block)  # whole blocks (block-causal models decode any G to the end of a block)
+        width = blocks * block
+        per_token = -(-base.steps * width // base.gen_length)  # ceil(width * published steps / published G)
+        out["steps"] = min(-(-per_token // blocks) * blocks, width)
     return out
 
 

@@ -129,7 +129,7 @@ class FreedaveCanvas(MaskedCanvas):
         extra = 0
         if policy.draft_layout == "tree":
             extra = (policy.drafts - 1) * BlockCache.window(lay, config)
-        canvas = jnp.concatenate([prompt, jnp.full((prompt.shape[0], config.gen_length), lay.mask_id,
+        canvas = jnp.concatenate([prompt, jnp.full((prompt.shape[0], lay.total - prompt.shape[1]), lay.mask_id,
                                                    prompt.dtype)], 1)
         kv = config.cache.init(model, canvas, view, lay, config, extra_slots=extra) if config.cache.keeps_kv else None
         b, v = prompt.shape[0], model.config.vocab_size

@@ -10,6 +10,9 @@ decoding starts in the block that holds the end of its prompt. `prepare_block_pr
 row by whole blocks, so every row's blocks are canvas blocks and the batch shares one block
 schedule: the prompt tails share the first decoded block with the first answer tokens (the
 layout's `lead` columns), and each row's answer starts at its own column (`answer_start`).
+`gen_length` may be any length: as the published loops, a row decodes to the end of the block that
+holds its last answer position, so the canvas's answer columns are `gen_length` rounded up to whole
+blocks (`answer_columns`) and the positions past `gen_length` are dropped from the result.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ class Layout(NamedTuple):
 
     Attributes:
       prompt_len: bucketed prompt length Lp.
-      total: Lp + gen_length (the canvas length T).
+      total: Lp + the answer columns (the canvas length T): `gen_length`, rounded up to whole blocks
+        on a block-causal canvas (`answer_columns`).
       mask_id: the MASK token (diffusion) or None.
       shift: 1 for token-shifted models (the logit at i-1 predicts token i), else 0.
       eos_eot: the model's EOS and end-of-turn ids; eos_id: its EOS id.
@@ -57,7 +61,7 @@ class Layout(NamedTuple):
 
     @property
     def decode_width(self) -> int:
-        """Columns from `decode_start` to the end of the canvas (`gen_length + lead`)."""
+        """Columns from `decode_start` to the end of the canvas (the answer columns + `lead`)."""
         return self.total - self.decode_start
 
     def num_blocks(self, block_length: int) -> int:
@@ -87,24 +91,40 @@ class CanvasView(NamedTuple):
     @classmethod
     def of(cls, seg_prompt: jax.Array, gen_length: int, answer_start: jax.Array | None = None,
            lead: int = 0) -> "CanvasView":
-        """The view of `seg_prompt [B, Lp]` followed by `gen_length` answer columns.
+        """The view of `seg_prompt [B, Lp]` followed by the answer columns of `gen_length` tokens.
 
         `answer_start [B]` (default: Lp for every row): the column where each row's answer starts.
-        With `lead` > 0 (block-causal layout), a row whose answer starts on the first decoded block's
-        boundary (its prompt fills whole blocks) decodes `gen_length` columns from there, one block
-        fewer than the rows with a prompt tail; its columns past that are padding.
+        With `lead` > 0 (block-causal layout, blocks of `lead` from column `Lp - lead`), the canvas
+        has `answer_columns(gen_length, lead)` answer columns and a row decodes from its answer
+        start to the end of the block that holds its last answer position (`gen_length` columns
+        from its start); its columns past that are padding. A row whose prompt fills whole blocks
+        thus decodes one block fewer than the rows with a prompt tail when `gen_length` is whole
+        blocks.
         """
         b, lp = seg_prompt.shape
-        col = jnp.arange(lp + gen_length)[None]
+        width = answer_columns(gen_length, lead)
+        col = jnp.arange(lp + width)[None]
         start = jnp.full((b,), lp, jnp.int32) if answer_start is None else answer_start.astype(jnp.int32)
-        end = jnp.where(start > lp - lead, lp + gen_length, lp - lead + gen_length)[:, None]
-        seg = jnp.concatenate([seg_prompt, jnp.ones((b, gen_length), jnp.int32)], 1) * (col < end)
+        if lead:
+            first = lp - lead  # the first decoded block's column
+            end = (first + (start - first + gen_length + lead - 1) // lead * lead)[:, None]
+        else:
+            end = lp + gen_length
+        seg = jnp.concatenate([seg_prompt, jnp.ones((b, width), jnp.int32)], 1) * (col < end)
         answer = (col >= start[:, None]) & (col < end)
         return cls(seg, jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0), answer)
 
     def window(self, canvas: jax.Array, start, width: int):
         """`(ids, positions, seg)`, each `[B, width]`, from canvas index `start` (scalar or `[B]`)."""
         return tuple(slice_window(x, start, width) for x in (canvas, self.positions, self.seg))
+
+
+def answer_columns(gen_length: int, lead: int = 0) -> int:
+    """The canvas columns after the prompt input for `gen_length` tokens: `gen_length` rounded up
+    to whole blocks of `lead` on a block-causal canvas (its blocks of `lead` columns run from the
+    block that holds the prompt's tail to the end of the one that holds the last answer position),
+    `gen_length` otherwise (`lead` 0)."""
+    return -(-gen_length // lead) * lead if lead else gen_length
 
 
 def slice_window(x: jax.Array, start, width: int) -> jax.Array:
@@ -172,7 +192,8 @@ def prompt_bucket(model_config, config, prompt_len: int) -> int:
     unit = block_unit(model_config, config)
     bucket = math.lcm(config.prompt_bucket, unit)
     context = prompt_len // unit * unit
-    canvas = -(-context // bucket) * bucket + block_lead(model_config, config) + config.gen_length
+    lead = block_lead(model_config, config)
+    canvas = -(-context // bucket) * bucket + lead + answer_columns(config.gen_length, lead)
     if canvas > model_config.max_position:
         return unit
     return bucket
@@ -188,8 +209,8 @@ def prepare_block_prompts(input_ids, attention_mask, unit: int, bucket: int, pad
     at column C; that block (the `lead`) holds the prompt tails followed by MASK. C is at least
     `min_context` (token-shifted models read the logit of the column before the first decoded
     block). The lead is there whatever the prompt lengths, so every prompt in a bucket gives the
-    same shapes (one compiled loop); a row whose prompt fills whole blocks decodes `gen_length`
-    columns from C, and its columns after them are padding (see `CanvasView.of`).
+    same shapes (one compiled loop); each row decodes to the end of the block that holds its last
+    answer position, and its columns after it are padding (see `CanvasView.of`).
 
     Returns `(ids [B, C + unit], seg [B, C + unit], answer_start [B])`: seg is 1 on prompt
     tokens and on the lead's MASK columns, 0 on padding; `answer_start` is each row's first

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.layout import block_unit, slice_window
+from jaxdllm.decoding.layout import slice_window
 from jaxdllm.decoding.policies import StepContext
 from jaxdllm.decoding.state import (DecodeState, commit_window, fill_answer, record_trajectory, stop_after_eos_block,
                                     stop_at_eos)
@@ -34,10 +34,6 @@ class MaskedCanvas:
     block_layout = True  # block-causal models decode in the published block layout (`layout.py`)
 
     def check_config(self, config) -> None:
-        if config.gen_length % config.block_length:
-            divisors = [d for d in range(1, config.gen_length + 1) if config.gen_length % d == 0]
-            raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of block_length "
-                              f"({config.block_length}): pass block_length= one of {divisors[-6:]}")
         if config.policy.answer_logits and not config.cache.answer_logits:
             raise ConfigError(f"policy={config.policy.name!r} reads the whole answer's logits; use cache='none'")
 
@@ -50,11 +46,12 @@ class MaskedCanvas:
                               f"block_causal attention); the model's attention is {model_config.attention!r} "
                               "(causal models decode with policy='jacobi')")
         config.cache.check_model(model_config, config)
-        unit = block_unit(model_config, config)
-        if config.gen_length % unit:
-            raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of {unit} for this block-causal "
-                              f"model (the lcm of block_length {config.block_length} and the model's block_size "
-                              f"{model_config.block_size}): its blocks sit at absolute positions")
+        # A block-causal model decodes any gen_length (to the end of the block that holds the last
+        # answer position, as the published loops); a bidirectional one decodes whole blocks.
+        if model_config.attention != "block_causal" and config.gen_length % config.block_length:
+            divisors = [d for d in range(1, config.gen_length + 1) if config.gen_length % d == 0]
+            raise ConfigError(f"gen_length ({config.gen_length}) must be a multiple of block_length "
+                              f"({config.block_length}): pass block_length= one of {divisors[-6:]}")
 
     def max_steps(self, config, lay=None) -> int:
         """A bound on the loop's steps (without `lay`: for any prompt, a block-causal canvas's
@@ -68,7 +65,7 @@ class MaskedCanvas:
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by G MASK (the answer: `view.answer`); rows with
         `valid [B]` False start done."""
-        b, G = prompt.shape[0], config.gen_length
+        b, G = prompt.shape[0], lay.total - prompt.shape[1]  # gen_length (in whole blocks: block layout)
         canvas = jnp.concatenate([prompt, jnp.full((b, G), lay.mask_id, prompt.dtype)], 1)
         undecided = view.answer
         return DecodeState.start(

@@ -22,7 +22,8 @@ from jax.sharding import NamedSharding
 
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.config import SamplerConfig
-from jaxdllm.decoding.layout import Layout, block_lead, prepare_block_prompts, prepare_prompts, prompt_bucket
+from jaxdllm.decoding.layout import (Layout, answer_columns, block_lead, prepare_block_prompts, prepare_prompts,
+                                     prompt_bucket)
 from jaxdllm.decoding.loop import decode, decode_stepwise, decode_to_export
 from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
@@ -60,17 +61,21 @@ class Prepared(NamedTuple):
     prompts: np.ndarray | None = None       # [B, Lp_in] block-causal layout: the prompts as passed
 
 
-def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=None) -> None:
-    """Errors a user can act on, raised before anything compiles."""
+def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=None, lead: int = 0) -> None:
+    """Errors a user can act on, raised before anything compiles (`lead`: the block-causal layout's
+    first block, whose answer columns are whole blocks: `layout.answer_columns`)."""
     method_of(config).check_model(model_config, config)
     if prompt_len >= model_config.max_position:
         raise ConfigError(f"the prompt alone ({prompt_len} tokens after padding) fills the model's max_position "
                           f"({model_config.max_position}): shorten it to fewer than {model_config.max_position} "
                           "tokens, leaving room for gen_length")
-    if prompt_len + config.gen_length > model_config.max_position:
-        raise ConfigError(f"prompt ({prompt_len} tokens after padding) + gen_length ({config.gen_length}) "
+    answer = answer_columns(config.gen_length, lead)
+    if prompt_len + answer > model_config.max_position:
+        blocks = f" (to the end of its last block of {lead}: {answer})" if answer != config.gen_length else ""
+        room = model_config.max_position - prompt_len
+        raise ConfigError(f"prompt ({prompt_len} tokens after padding) + gen_length ({config.gen_length}{blocks}) "
                           f"exceeds the model's max_position ({model_config.max_position}): lower gen_length "
-                          f"to at most {model_config.max_position - prompt_len}, or "
+                          f"to at most {room // lead * lead if lead else room}, or "
                           "shorten the prompt (padding to prompt_bucket is dropped when it would not fit)")
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
@@ -136,7 +141,7 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
         prompts = np.asarray(input_ids)
     else:
         ids, seg, extra = prepare_prompts(input_ids, attention_mask, bucket, pad_id)
-    check(model_config, config, ids.shape[1], policy_params)
+    check(model_config, config, ids.shape[1], policy_params, lead)
     rows = ids.shape[0]
     idle = -rows % row_multiple
     valid = np.concatenate([np.ones(rows, bool), np.zeros(idle, bool)])
@@ -145,7 +150,8 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     if answer_start is not None:
         answer_start = np.concatenate([answer_start, np.repeat(answer_start[-1:], idle)])
     mc = model_config
-    lay = Layout(prompt_len=ids.shape[1], total=ids.shape[1] + config.gen_length, mask_id=mc.mask_token_id,
+    lay = Layout(prompt_len=ids.shape[1], total=ids.shape[1] + answer_columns(config.gen_length, lead),
+                 mask_id=mc.mask_token_id,
                  shift=int(mc.shift_logits), eos_eot=tuple(t for t in (mc.eos_token_id, mc.eot_token_id) if t is not None),
                  eos_id=mc.eos_token_id, attention=mc.attention, block_size=mc.block_size, lead=lead)
     return Prepared(ids, seg, valid, lay, extra, rows, answer_start, prompts)

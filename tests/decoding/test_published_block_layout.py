@@ -83,6 +83,28 @@ def test_presets_decode_as_the_published_loops(checkpoint, preset, alone):
     assert (batch.nfe < np.array(decoded)).any(), (batch.nfe, decoded)
 
 
+# Lengths that are not whole blocks: the published loops decode any gen_length (to the end of the
+# block that holds the last answer position, the rest dropped). 44 = 5 blocks of 8 and a half.
+@pytest.mark.parametrize("preset,gen_length", [
+    ("llada2", 44), pytest.param("llada2", 5, marks=pytest.mark.slow),
+    pytest.param("llada2.1-edits", 21, marks=pytest.mark.slow)])
+def test_any_gen_length_decodes_as_the_published_loops(checkpoint, preset, gen_length):
+    model, weights = checkpoint
+    config = sampler_config(preset).replace(gen_length=gen_length)
+    assert config.block_length == BLOCK and gen_length % BLOCK
+    ids, mask, rows = prompts(LENGTHS, seed=3, vocab=150)
+    batch = jaxdllm.generate(model, ids, config, attention_mask=mask)
+    assert batch.generated.shape == (len(rows), gen_length)
+    editing = config.editing_threshold if config.policy.name == "token_editing" else None
+    for i, row in enumerate(rows):
+        want, forwards = published_generate(weights, dict(TINY), row, gen_length, BLOCK, config.threshold, editing)
+        assert up_to_eos(batch.generated[i]) == want, f"row of {len(row)} tokens"
+        assert int(batch.nfe[i]) == forwards, f"row of {len(row)} tokens"
+    block_cached = jaxdllm.generate(model, ids, config.replace(cache="block"), attention_mask=mask)
+    np.testing.assert_array_equal(block_cached.generated, batch.generated)
+    np.testing.assert_array_equal(block_cached.nfe, batch.nfe)
+
+
 @pytest.mark.slow  # the default run's 6-minute budget
 def test_token_stop_keeps_the_tokens_and_saves_forwards(tmp_path_factory):
     """`stop_at_eos=True` (a row stops as soon as its EOS and everything before it are decided)

@@ -208,7 +208,6 @@ def test_random_remasking_keeps_the_schedule(model):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(gen_length=20, block_length=8), r"gen_length \(20\) must be a multiple of block_length \(8\)"),
     (dict(steps=7), r"steps \(7\) must be a multiple of the number of blocks"),
     (dict(cache="paged"), "cache must be one of"),
     (dict(policy="greedy"), "policy must be one of"),
@@ -233,6 +232,8 @@ def test_bad_prompts_fail_before_compiling(model):
         jaxdllm.generate(model, np.zeros((1, 250), np.int32), cfg(gen_length=16))
     no_mask = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada", mask_token_id=None),
                                   rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match=r"gen_length \(20\) must be a multiple of block_length \(8\)"):
+        jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(gen_length=20, block_length=8, steps=24))
     with pytest.raises(ConfigError, match="has no mask_token_id"):
         jaxdllm.generate(no_mask, np.zeros((1, 4), np.int32), cfg())
     with pytest.raises(ValueError, match="attention_mask shape"):

@@ -105,14 +105,15 @@ class Policy(Settings):
     def check(self, config) -> None:
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""
         if self.scheduled:
+            width = config.num_blocks * config.block_length  # gen_length in whole blocks
             if config.steps % config.num_blocks:
-                fit = max(config.num_blocks, min(config.steps, config.gen_length) // config.num_blocks
-                          * config.num_blocks)
+                fit = max(config.num_blocks, min(config.steps, width) // config.num_blocks * config.num_blocks)
                 raise ConfigError(f"steps ({config.steps}) must be a multiple of the number of blocks "
                                   f"(gen_length / block_length = {config.num_blocks}): pass steps={fit}")
-            if config.steps > config.gen_length:
-                raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}): "
-                                  f"every step commits at least one token; pass steps={config.gen_length} or fewer")
+            if config.steps > width:
+                whole = f", {width} in whole blocks" if width != config.gen_length else ""
+                raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}{whole}): "
+                                  f"every step commits at least one token; pass steps={width} or fewer")
 
     def load_params(self, directory, config):
         """This policy's parameters for `config`, read from a checkpoint `directory` (policies with
