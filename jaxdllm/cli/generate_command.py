@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from jaxdllm.cli.common import model_dir, parse_sets, warn_cache_notes
@@ -14,26 +16,58 @@ RESUMES = None
 MEMORY = "--gen-length or the prompt"  # what to lower when the device runs out of memory
 
 
+def preset_list() -> str:
+    """The `--help` text that lists the sampler presets, one line each (`SAMPLER_PRESET_SUMMARIES`)."""
+    from jaxdllm.decoding.config import SAMPLER_PRESET_SUMMARIES, SAMPLER_PRESETS
+
+    width = max(map(len, SAMPLER_PRESETS))
+    lines = [f"  {name:<{width}}  {SAMPLER_PRESET_SUMMARIES.get(name, '')}".rstrip() for name in SAMPLER_PRESETS]
+    return ("presets (--preset NAME; each published at 256 tokens, rescaled to --gen-length):\n"
+            + "\n".join(lines) + "\n\nexample: jaxdllm generate --model tasks-llada2-tiny --preset llada2 "
+            "--prompt \"reverse 4821=\"")
+
+
 def add_parser(sub) -> None:
     """The `generate` subcommand and its flags."""
-    p = sub.add_parser(NAME, help="decode a prompt with a diffusion LLM")
+    from jaxdllm.decoding.caches import CACHES
+    from jaxdllm.decoding.policies import POLICIES
+
+    p = sub.add_parser(NAME, help="decode a prompt with a diffusion LLM",
+                       description=textwrap.fill(
+                           "Decode one prompt: the answer on stdout; on stderr the forwards (NFE), a drafting "
+                           "model's forwards when one drafts, the answer's tokens and the time. Settings come "
+                           "from the checkpoint, then --preset, then the flags and --set.", 88),
+                       epilog=preset_list(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None,
                    help="checkpoint folder or shipped name (default: the shipped tasks-llada-small)")
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", required=True, help="the text to continue (a chat prompt where the "
+                                                   "checkpoint has a chat template; see --no-chat)")
     p.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
                    help="weight-only int8 for the linear layers and LM head, quantized as the weights load")
-    p.add_argument("--preset", default=None,
-                   help="sampler preset (see SamplerConfig.preset; default: the checkpoint's own settings, "
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help="sampler preset, listed below (default: the checkpoint's own settings: "
                         "llada for a diffusion model, jacobi for a causal one)")
-    p.add_argument("--gen-length", dest="gen_length", type=int)
-    p.add_argument("--block-length", dest="block_length", type=int)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--policy")
-    p.add_argument("--cache")
-    p.add_argument("--threshold", type=float)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other SamplerConfig field")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gen-length", dest="gen_length", type=int, metavar="N",
+                   help="tokens to generate (the answer's length; the block length and steps are rescaled "
+                        "to it unless given)")
+    p.add_argument("--block-length", dest="block_length", type=int, metavar="N",
+                   help="tokens decoded per block, left to right (a causal model's draft window)")
+    p.add_argument("--steps", type=int, metavar="N",
+                   help="decoding steps over the whole answer for the scheduled policies (llada: "
+                        "gen-length steps commit one token each)")
+    p.add_argument("--policy", metavar="NAME",
+                   help=f"what a step commits: {', '.join(sorted(POLICIES))}")
+    p.add_argument("--cache", metavar="NAME",
+                   help=f"the KV cache between steps: {', '.join(sorted(CACHES))} (none: every step "
+                        "runs the whole canvas)")
+    p.add_argument("--threshold", type=float, metavar="P",
+                   help="confidence a position needs to commit (threshold policies, in (0, 1])")
+    p.add_argument("--temperature", type=float, metavar="T",
+                   help="sampling temperature (0: greedy, the default)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any other SamplerConfig setting, e.g. --set stop_at_eos=true (repeatable)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="random seed of the sampling (temperature > 0, random remasking; default 0)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--allow-unk", dest="allow_unk", action="store_true",
                    help="decode characters the tokenizer does not know as its unk token instead of stopping")
@@ -89,8 +123,15 @@ def run(args) -> int:
     tokens = np.asarray(out.tokens[0, len(ids):])
     seconds = time.perf_counter() - t0
     print(tok.decode(tokens.tolist(), skip_special_tokens=True))
-    nfe = int(out.nfe[0])
     answer = answer_length(tokens, model.config.eos_token_id)
-    print(f"[nfe {nfe} | {answer} answer tokens of {len(tokens)} | {answer / nfe:.2f} answer tokens/forward "
-          f"| {seconds:.2f}s incl. compile]", file=sys.stderr)
+    print(status_line(out, answer, len(tokens), seconds), file=sys.stderr)
     return 0
+
+
+def status_line(out, answer: int, generated: int, seconds: float) -> str:
+    """`[nfe N | drafter forwards D | A answer tokens of G | ...]` for the first row of `out`
+    (`GenerateResult`); the drafter's part only where a second model drafts (`drafter_forwards`)."""
+    nfe = int(out.nfe[0])
+    drafter = "" if out.drafter_forwards is None else f" | drafter forwards {int(out.drafter_forwards[0])}"
+    return (f"[nfe {nfe}{drafter} | {answer} answer tokens of {generated} | {answer / max(nfe, 1):.2f} answer "
+            f"tokens/forward | {seconds:.2f}s incl. compile]")

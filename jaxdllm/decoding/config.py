@@ -299,3 +299,35 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # mixture with a small causal model (companions.json names it) at R = 0.7.
     "apd": SamplerConfig(gen_length=256, policy="apd", mix=0.7, kv_window=16, draft_window=16, stop_at_eos=True),
 }
+
+# One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
+# every preset has one).
+SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
+    "llada": "LLaDA: one token per step, lowest confidence remasked, blocks of 32",
+    "llada-random": "LLaDA with random remasking: one random position per step",
+    "fast-dllm-parallel": "Fast-dLLM: every position above confidence 0.9 per step, no cache",
+    "fast-dllm-prefix": "Fast-dLLM threshold 0.9 with the prefix KV cache (approximate)",
+    "fast-dllm-dual": "Fast-dLLM threshold 0.9 with the dual (prefix and suffix) KV cache (approximate)",
+    "fast-dllm-factor": "Fast-dLLM's factor rule: the longest run of confident positions, c_n >= 1 - 1/(n+1)",
+    "dparallel": "dParallel: every position with entropy below 0.5 per step",
+    "dparallel-mbpp": "dParallel's code setting: entropy below 0.45",
+    "eb": "EB-sampler: the lowest-entropy positions while their summed entropy stays <= 0.1",
+    "prophet": "Prophet: one token per step, the rest filled at once when the top-1/top-2 gap is large",
+    "credit": "CreditDecoding: per-token credit accumulated over steps, fused into the logits",
+    "learn2pd": "Learn2PD: one token per step plus every position its trained filter accepts",
+    "local-leap": "LocalLeap: confident anchors lower the bar for their neighbours",
+    "freedave": "FreeDave: llada's tokens in fewer forwards (4 steps' drafts verified per forward)",
+    "dream": "Dream: the whole answer as one block, entropy order, 256 steps",
+    "llada2": "LLaDA2.0: block-causal blocks of 32, threshold 0.95, stop after the EOS's block",
+    "llada2.1": "LLaDA2.1: llada2 plus token editing of committed tokens above 0.9",
+    "diffusiongemma": "DiffusionGemma: uniform-noise canvases, entropy bound 0.1, up to 48 steps each",
+    "jacobi": "Jacobi decoding of a causal model: windows of 16 draft tokens, greedy (exact)",
+    "jacobi-forcing": "Jacobi Forcing: blocks of 64, two in flight, rejection recycling",
+    "lookahead": "Lookahead decoding of a causal model: 5-grams, window 7, 7 guesses (exact)",
+    "medusa": "Medusa-1 heads beside the model: a 63-node tree, greedy acceptance (exact)",
+    "bpd": "Blockwise parallel decoding: the chain of the heads' top-1 (exact)",
+    "token-recycling": "Token Recycling: an 80-node tree from each row's table of top-8 tokens (exact)",
+    "specdiff": "SpecDiff: a diffusion drafter (companions.json) drafts 8 tokens for a causal model",
+    "diffuspec": "DiffuSpec: a diffusion drafter's lattice of 4 beams, verified by a causal model",
+    "apd": "APD: a diffusion model's drafts kept while they match its mix with a small causal model",
+}
