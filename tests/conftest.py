@@ -81,33 +81,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
 
 
-def _torch_missing() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return True
-    return False
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):
-    """Without torch (the test extra), a test module that imports it (the torch references, the
-    transformers parity tests) is skipped with the reason instead of failing the collection; every
-    other test runs."""
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and isinstance(collector, pytest.Module) and _torch_missing():
-        text = str(report.longrepr)
-        if "No module named 'torch'" in text or "import of torch halted" in text:
-            report.outcome = "skipped"
-            report.longrepr = (str(collector.path), 0, "Skipped: needs torch (pip install -e '.[test]')")
-
-
 @pytest.fixture(autouse=True)
 def _seed_torch():
-    """Torch's global seed before each test, where torch is installed (its tests skip without it), and
-    one torch thread: torch's thread pool and XLA's contend for the machine's cores, and a tiny torch
-    reference then waits up to seconds per call for its threads."""
+    """Torch's global seed before each test, where torch is installed (without it the tests that use it
+    skip: tests/support/optional.py), and one torch thread: torch's thread pool and XLA's contend for
+    the machine's cores, and a tiny torch reference then waits up to seconds per call for its threads."""
     try:
         import torch
     except ImportError:

@@ -6,14 +6,15 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from support.llada_reference import make_llada_checkpoint
+from support.optional import lazy, torch
 from support.sampler_fixtures import HEAD_SCALE, MASK_ID
 
 from sampling.benchmarks.benchmark_side_by_side import COLUMNS, DECODERS, TPUS, PortModel, main
-from sampling.torch_reference.torch_llada import TorchLLaDA
-from sampling.torch_reference.torch_port import generate, generate_batch
+
+torch_llada = lazy("sampling.torch_reference.torch_llada")
+torch_port = lazy("sampling.torch_reference.torch_port")
 
 
 @pytest.mark.slow  # a whole benchmark run at tiny size (~15 s)
@@ -58,12 +59,12 @@ def test_batched_entropy_loop_equals_the_port_per_row(tmp_path, cache):
     """The batched dParallel loop of the benchmark equals `torch_port.generate(policy="entropy")`
     on each row alone, and the forwards it records match the rows' NFE."""
     make_llada_checkpoint(tmp_path, head_scale=HEAD_SCALE)
-    model = PortModel(TorchLLaDA.from_pretrained(tmp_path).eval(), MASK_ID)
+    model = PortModel(torch_llada.TorchLLaDA.from_pretrained(tmp_path).eval(), MASK_ID)
     prompts = torch.as_tensor(np.random.RandomState(5).randint(0, 120, (3, 6)), dtype=torch.long)
     kw = dict(gen_length=16, block_length=8, steps=16, mask_id=MASK_ID, entropy_threshold=0.5, cache=cache)
-    out = generate_batch(model, prompts, policy="entropy", **kw)
+    out = torch_port.generate_batch(model, prompts, policy="entropy", **kw)
     assert len(model.calls) >= int(out["nfe"].max()) and int(out["nfe"].min()) < 16
     for i in range(len(prompts)):
-        ref = generate(model, prompts[i:i + 1], policy="entropy", **kw)
+        ref = torch_port.generate(model, prompts[i:i + 1], policy="entropy", **kw)
         torch.testing.assert_close(out["tokens"][i], ref["tokens"][0], rtol=0, atol=0)
         assert int(out["nfe"][i]) == ref["nfe"]

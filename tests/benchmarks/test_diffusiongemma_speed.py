@@ -7,14 +7,13 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from transformers import DiffusionGemmaForBlockDiffusion
 
 from jaxdllm.models.families.diffusion_gemma import config_from_hf, published_layer_types
 from sampling.benchmarks.diffusiongemma_speed import (COLUMNS, SHAPES, SIDES, describe, hf_config_dict, hf_result,
                                                       main, make_model, markdown, refuse_real_shape, side_columns,
                                                       size_config)
 from sampling.benchmarks.timing import Timing
+from support.optional import require, torch, transformers
 
 
 @pytest.mark.parametrize("size", [s for s in SHAPES if s != "tiny"])
@@ -48,9 +47,10 @@ def test_transformers_config_reads_back_as_the_same_shape(size):
 
 def test_real_shape_builds_in_bf16_with_the_published_parameter_count():
     """`--real-shape`'s transformers model, made on the meta device (no memory)."""
+    require("torch"), require("transformers")  # make_model imports them inside
     c = size_config("real")
     model = make_model(c, "bfloat16", "meta", seed=0)
-    assert isinstance(model, DiffusionGemmaForBlockDiffusion)
+    assert isinstance(model, transformers.DiffusionGemmaForBlockDiffusion)
     text = {n: p for n, p in model.named_parameters() if "vision" not in n}
     # jaxdllm counts the 2 x 30 layer scalars, buffers in transformers
     assert sum(p.numel() for p in text.values()) + 2 * c.num_layers == c.num_params
@@ -67,6 +67,7 @@ def test_real_shape_is_refused_where_it_cannot_run(tmp_path):
     assert "jax backend is 'cpu'" in refuse_real_shape("cpu", None, int(200e9), c)
     assert "H200" in refuse_real_shape("gpu", int(80e9), int(200e9), c)
     assert "free" in refuse_real_shape("gpu", int(141e9), int(30e9), c)
+    require("torch"), require("transformers")  # without them the benchmark stops before it looks for a GPU
     with pytest.raises(SystemExit, match="runs on one GPU"):  # this machine: no GPU, before any model is made
         main(["--real-shape", "--out", str(tmp_path / "x")])
     assert not list(tmp_path.iterdir())

@@ -3,11 +3,11 @@
 import numpy as np
 import jax.numpy as jnp
 import pytest
-import torch
 
 import jaxdllm
 from support.forward import forward
 from support.hf_models import SHAPES, hf_logits, make_hf_model
+from support.optional import torch
 
 TOL = 1e-4
 CASES = [(kind, shape) for kind in ("llama", "qwen2") for shape in SHAPES]

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import jax.numpy as jnp
 import pytest
-import transformers
 from flax import nnx
 
 import jaxdllm
 from support.forward import forward
 from support.hf_models import hf_logits, make_hf_model
+from support.optional import transformers
 
 
 def _flat_params(model):

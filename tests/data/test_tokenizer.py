@@ -3,10 +3,10 @@
 import json
 
 import pytest
-import transformers
 from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, processors, trainers, decoders
 
 from jaxdllm import CheckpointError, Tokenizer
+from support.optional import transformers
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"

@@ -10,13 +10,14 @@ import contextlib
 import jax
 import numpy as np
 import pytest
-import torch
-from transformers.models.diffusion_gemma import generation_diffusion_gemma as hf_generation
 
 import jaxdllm
 from jaxdllm import SamplerConfig
 from jaxdllm.decoding.uniform_canvas import canvas_draws
 from support.diffusion_gemma_reference import make_diffusion_gemma
+from support.optional import lazy, require, torch
+
+hf_generation = lazy("transformers.models.diffusion_gemma.generation_diffusion_gemma")
 
 CANVAS, STEPS, CANVASES = 8, 12, 3
 # A bound that accepts part of each canvas (the rest is renoised), and a confidence this random model
@@ -56,7 +57,8 @@ def _same_draws(key, row):
         return probs.argmax(-1, keepdim=True)
 
     patches = [(hf_generation.DiffusionGemmaGenerationMixin, "_prepare_denoiser_inputs", prepare_next_canvas),
-               (hf_generation.EntropyBoundSampler, "initialize_canvas", draws), (torch, "multinomial", argmax)]
+               (hf_generation.EntropyBoundSampler, "initialize_canvas", draws),
+               (require("torch"), "multinomial", argmax)]  # the module itself, not the stand-in
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:
         for owner, name, fn in patches:

@@ -18,16 +18,17 @@ import functools
 
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.decoding import sampler
 from support.llada_reference import llada_forward
 from support.models import tiny_model
+from support.optional import lazy, torch
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
-from sampling.torch_reference.torch_freedave import generate as port_generate
+
+torch_freedave = lazy("sampling.torch_reference.torch_freedave")
 
 cfg = functools.partial(SamplerConfig, gen_length=32, block_length=8, policy="freedave", prompt_bucket=8)
 
@@ -67,8 +68,8 @@ def test_ragged_batch_equals_one_token_per_step_and_the_torch_port(llada, shift)
     assert (ref.nfe == 32).all() and out.nfe.mean() < 24  # 4 blocks of 8, one token per step
     width = ids.shape[1]
     for i, row in enumerate(rows):
-        port = port_generate(torch_fn, torch.as_tensor(row[None], dtype=torch.long), gen_length=32, block_length=8,
-                             mask_id=MASK_ID, drafts=4, shift_logits=shift)
+        port = torch_freedave.generate(torch_fn, torch.as_tensor(row[None], dtype=torch.long), gen_length=32,
+                                       block_length=8, mask_id=MASK_ID, drafts=4, shift_logits=shift)
         np.testing.assert_array_equal(out.tokens[i, width:], port["tokens"][0, len(row):].numpy(), err_msg=f"row {i}")
         assert int(out.nfe[i]) <= port["nfe"], i
 
@@ -89,8 +90,8 @@ def test_the_threshold_reference_is_reproduced(llada):
     ids, mask, rows = prompts([3, 7, 5], seed=11)
     out, _ = assert_reference_output(model, ids, mask, cfg(reference="threshold", threshold=0.9))
     for i, row in enumerate(rows):
-        port = port_generate(torch_fn, torch.as_tensor(row[None], dtype=torch.long), gen_length=32, block_length=8,
-                             mask_id=MASK_ID, drafts=4, threshold=0.9)
+        port = torch_freedave.generate(torch_fn, torch.as_tensor(row[None], dtype=torch.long), gen_length=32,
+                                       block_length=8, mask_id=MASK_ID, drafts=4, threshold=0.9)
         np.testing.assert_array_equal(out.tokens[i, ids.shape[1]:], port["tokens"][0, len(row):].numpy())
 
 

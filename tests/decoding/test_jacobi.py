@@ -6,11 +6,11 @@ length, EOS inside the generation."""
 import jax
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from support.hf_models import make_hf_model
+from support.optional import torch
 from support.sampler_fixtures import prompts
 
 PAD = 0

@@ -12,6 +12,7 @@ import pytest
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
 from jaxdllm.decoding.policies import Lookahead
+from support.optional import torch, transformers
 from support.sampler_fixtures import prompts
 from test_jacobi import PAD, assert_greedy_up_to_eos, hf_greedy, saved  # noqa: F401  (saved: the checkpoint fixture)
 
@@ -171,8 +172,6 @@ def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
 def test_lookahead_on_the_shipped_causal_models_equals_transformers_greedy(name):
     """The published setting (and the prompt-pool variant) on the shipped models, held-out suite
     prompts: token for token transformers' greedy decoding up to EOS."""
-    import torch
-    import transformers
 
     from jaxdllm.data import make_mixture
 

@@ -16,7 +16,10 @@ import pytest
 import jaxdllm
 from jaxdllm import SamplerConfig
 from support.llada2_reference import TINY, make_llada2_checkpoint, published_generate
+from support.optional import lazy
 from support.sampler_fixtures import prompts
+
+safetensors_torch = lazy("safetensors.torch")
 
 EOS = TINY["eos_token_id"]
 LENGTHS = [5, 8, 13, 16]
@@ -129,13 +132,11 @@ def test_the_shipped_moe_decodes_as_the_published_loops(preset):
     scores masked positions only): "copy 2718=" oscillates until the post-mask step limit."""
     import json
 
-    from safetensors.torch import load_file
-
     from jaxdllm.shipped import shipped_checkpoint
 
     path = shipped_checkpoint("tasks-llada2-tiny")
     cfg = json.loads((path / "config.json").read_text())
-    weights = {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
+    weights = {k: v.float() for k, v in safetensors_torch.load_file(str(path / "model.safetensors")).items()}
     model, tok, _ = jaxdllm.load(path)
     config = SamplerConfig.preset(preset, gen_length=16, block_length=8)
     texts = ["copy 2718=", "copy 02206445=", "reverse 1234567=", "reverse 98765432="]

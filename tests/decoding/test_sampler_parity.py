@@ -12,14 +12,15 @@ alone: tokens, NFE and the step at which each token was committed.
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from support.forward import forward
 from support.llada_reference import llada_forward
+from support.optional import lazy, torch
 from support.sampler_fixtures import EOS_ID, MASK_ID, prompts, tiny_llada
 
-from sampling.torch_reference.torch_port import generate as port_generate
+
+torch_port = lazy("sampling.torch_reference.torch_port")
 
 EOT_ID = 125
 
@@ -116,7 +117,7 @@ def test_generate_matches_torch_port_and_python_loop(setup, policy, gen, block, 
     for i, row in enumerate(rows):
         prompt = torch.as_tensor(row[None], dtype=torch.long)
         for name, fn in (("torch port", torch_fn), ("python loop", jax_fn)):
-            _assert_row_matches(out, port_generate(fn, prompt, **kw), i, width, len(row), f"{name}, row {i}")
+            _assert_row_matches(out, torch_port.generate(fn, prompt, **kw), i, width, len(row), f"{name}, row {i}")
 
 
 def test_dream_timesteps_equal_torch_linspace_bitwise():
@@ -135,8 +136,6 @@ DREAM_CASES = [("maskgit_plus", 16, 16), ("topk_margin", 16, 16), ("entropy", 16
 @pytest.mark.parametrize("alg,gen,steps", first_of_each(DREAM_CASES), ids=[f"{a}-G{g}-S{s}" for a, g, s in DREAM_CASES])
 def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
     """Dream's sampler (token-shifted logits, timestep schedule) on a shifted model."""
-    from sampling.torch_reference.torch_port import generate_dream
-
     path, torch_fn = setup
     model = jaxdllm.from_pretrained(path, shift_logits=True)
     config = jaxdllm.SamplerConfig(gen_length=gen, block_length=gen, steps=steps, policy="dream",
@@ -147,5 +146,5 @@ def test_dream_matches_torch_port_and_python_loop(setup, alg, gen, steps):
     for i, row in enumerate(rows):
         prompt = torch.as_tensor(row[None], dtype=torch.long)
         for name, fn in (("torch port", torch_fn), ("python loop", _jax_fn(jaxdllm.from_pretrained(path)))):
-            ref = generate_dream(fn, prompt, gen_length=gen, steps=steps, mask_id=MASK_ID, alg=alg)
+            ref = torch_port.generate_dream(fn, prompt, gen_length=gen, steps=steps, mask_id=MASK_ID, alg=alg)
             _assert_row_matches(out, ref, i, width, len(row), f"{name}, row {i}")

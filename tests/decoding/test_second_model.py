@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from flax import nnx
 from scipy import stats
 
@@ -32,6 +31,7 @@ from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
 from support.forward import forward
 from support.models import tiny_model
+from support.optional import torch, transformers
 from test_jacobi import assert_greedy_up_to_eos
 from test_tree_drafts import hf_greedy_eos
 
@@ -41,8 +41,6 @@ DIFFUSION = checkpoint_dir("tasks-llada-small")
 
 @pytest.fixture(scope="module")
 def pair():
-    import transformers
-
     tok = Tokenizer.from_pretrained(CAUSAL)
     hf = transformers.AutoModelForCausalLM.from_pretrained(CAUSAL, dtype=torch.float32).eval()
     examples = make_mixture(["copy_long", "reverse", "sort", "add"], 2, 98, split="test")

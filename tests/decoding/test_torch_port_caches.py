@@ -11,14 +11,15 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from support.llada_reference import llada_forward, make_llada_checkpoint
+from support.optional import lazy, torch
 from support.sampler_fixtures import HEAD_SCALE, MASK_ID, prompts, tiny_llada
 
-from sampling.torch_reference.torch_llada import TorchLLaDA
-from sampling.torch_reference.torch_port import CachedForward, KVModel, generate, generate_batch
+
+torch_llada = lazy("sampling.torch_reference.torch_llada")
+torch_port = lazy("sampling.torch_reference.torch_port")
 
 
 def _no_mask_prediction(logits):
@@ -48,7 +49,7 @@ class NoMaskModel:
 def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("llada")
     jax_model, weights, cfg = tiny_llada(path)
-    return path, jax_model, NoMaskModel(TorchLLaDA.from_pretrained(path).eval()), weights, cfg
+    return path, jax_model, NoMaskModel(torch_llada.TorchLLaDA.from_pretrained(path).eval()), weights, cfg
 
 
 # ----------------------------------------------------------------------------- model forwards
@@ -58,7 +59,7 @@ def test_full_forward_is_unchanged_and_windows_on_fresh_kv_equal_it(tmp_path, kv
     """`forward(ids)` equals the K/V-returning `full` bitwise (and the test-local reference); a
     window on K/V stored from the same canvas reproduces the full forward's rows."""
     weights = make_llada_checkpoint(tmp_path, head_scale=HEAD_SCALE, n_kv_heads=kv_heads)
-    model = TorchLLaDA.from_pretrained(tmp_path).eval()
+    model = torch_llada.TorchLLaDA.from_pretrained(tmp_path).eval()
     cfg = json.loads((tmp_path / "config.json").read_text())
     ids = torch.randint(0, 120, (2, 19))
     with torch.no_grad():
@@ -133,9 +134,9 @@ def test_cached_port_matches_jaxdllm(setup, cache, policy, gen, steps, shift):
     several = []
     for i, row in enumerate(rows):
         where = f"{cache} {policy} G{gen}, row {i}"
-        ref = generate(model, torch.as_tensor(row[None], dtype=torch.long), gen_length=gen, block_length=block,
-                       steps=steps, mask_id=MASK_ID, policy=PORT_NAMES.get(policy, policy), cache=cache,
-                       shift_logits=shift)
+        ref = torch_port.generate(model, torch.as_tensor(row[None], dtype=torch.long), gen_length=gen,
+                                  block_length=block, steps=steps, mask_id=MASK_ID,
+                                  policy=PORT_NAMES.get(policy, policy), cache=cache, shift_logits=shift)
         assert ref["nfe"] < gen, where  # several tokens per step
         several.append(_cached_step_commits_several(ref["commit_step"][0], len(row), gen, block))
         np.testing.assert_array_equal(out.tokens[i, width:], ref["tokens"][0, len(row):].numpy(), err_msg=where)
@@ -153,9 +154,9 @@ def test_generate_batch_with_cache_equals_generate_per_row(setup, cache):
     _, _, model, _, _ = setup
     batch = torch.as_tensor(np.random.RandomState(3).randint(0, 120, (3, 5)), dtype=torch.long)
     kw = dict(gen_length=24, block_length=8, steps=24, mask_id=MASK_ID, policy="threshold", cache=cache)
-    out = generate_batch(model, batch, **kw)
+    out = torch_port.generate_batch(model, batch, **kw)
     for i in range(len(batch)):
-        ref = generate(model, batch[i:i + 1], **kw)
+        ref = torch_port.generate(model, batch[i:i + 1], **kw)
         torch.testing.assert_close(out["tokens"][i], ref["tokens"][0], rtol=0, atol=0)
         assert int(out["nfe"][i]) == ref["nfe"]
 
@@ -165,15 +166,15 @@ def test_unsupported_combinations_raise(setup):
     prompt = torch.tensor([[1, 2, 3]])
     kw = dict(gen_length=8, block_length=8, steps=8, mask_id=MASK_ID, policy="threshold")
     with pytest.raises(ValueError, match="cfg_scale"):
-        generate(model, prompt, **kw, cache="prefix", cfg_scale=1.0)
+        torch_port.generate(model, prompt, **kw, cache="prefix", cfg_scale=1.0)
     with pytest.raises(ValueError, match="shift_logits"):
-        generate(model, prompt, **kw, cache="dual", shift_logits=True)
+        torch_port.generate(model, prompt, **kw, cache="dual", shift_logits=True)
     with pytest.raises(ValueError, match="prophet"):
-        generate(model, prompt, **(kw | {"policy": "prophet"}), cache="dual")
+        torch_port.generate(model, prompt, **(kw | {"policy": "prophet"}), cache="dual")
     with pytest.raises(ValueError, match="unknown cache"):
-        generate(model, prompt, **kw, cache="full")
+        torch_port.generate(model, prompt, **kw, cache="full")
     with pytest.raises(TypeError, match="KVModel"):
-        generate(lambda x: model(x), prompt, **kw, cache="prefix")
-    assert isinstance(model.model, KVModel) and not isinstance(lambda x: x, KVModel)
+        torch_port.generate(lambda x: model(x), prompt, **kw, cache="prefix")
+    assert isinstance(model.model, torch_port.KVModel) and not isinstance(lambda x: x, torch_port.KVModel)
     with pytest.raises(ValueError):
-        CachedForward(model, "none")
+        torch_port.CachedForward(model, "none")

@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
@@ -25,6 +24,7 @@ from jaxdllm.eval.runner import left_pad
 from jaxdllm.models.medusa import MedusaHeads
 from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
+from support.optional import torch, transformers
 from test_jacobi import assert_greedy_up_to_eos
 
 SHIPPED = checkpoint_dir("tasks-qwen2-small")
@@ -32,8 +32,6 @@ SHIPPED = checkpoint_dir("tasks-qwen2-small")
 
 @pytest.fixture(scope="module")
 def shipped():
-    import transformers
-
     model = jaxdllm.from_pretrained(SHIPPED)
     tok = Tokenizer.from_pretrained(SHIPPED)
     hf = transformers.AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.float32).eval()

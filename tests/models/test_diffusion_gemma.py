@@ -10,13 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from flax import nnx
 
 import jaxdllm
 from jaxdllm.attention import MaskSpec
 from jaxdllm.models.config import ModelConfig
 from support.diffusion_gemma_reference import denoiser_logits, encoder_logits, make_diffusion_gemma
+from support.optional import torch, transformers
 
 # (text-config overrides, prompt length): the window (8) is shorter than the prompt, or longer than
 # the whole context; layers alternate, or follow the published pattern (a full layer every 6th and last).
@@ -95,9 +95,7 @@ def test_config_reads_the_published_shape_and_round_trips(tmp_path, pair):
     np.testing.assert_array_equal(np.asarray(_run(again, ids, again.init_cache(1, 5), 0, encode=True).logits),
                                   np.asarray(_run(model, ids, model.init_cache(1, 5), 0, encode=True).logits))
     # transformers reads what we wrote: the same encoder logits
-    from transformers import DiffusionGemmaForBlockDiffusion
-
-    reread = DiffusionGemmaForBlockDiffusion.from_pretrained(out).eval()
+    reread = transformers.DiffusionGemmaForBlockDiffusion.from_pretrained(out).eval()
     _close(_run(model, ids, model.init_cache(1, 5), 0, encode=True).logits, encoder_logits(reread, torch.as_tensor(ids)))
     assert json.loads((out / "config.json").read_text())["text_config"]["eos_token_id"] == 1
     # sharded files stream in tensor by tensor (the experts' gate-up tensor stays whole in one file)

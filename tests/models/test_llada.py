@@ -5,12 +5,12 @@ import json
 import numpy as np
 import jax.numpy as jnp
 import pytest
-import torch
 from safetensors.numpy import load_file
 
 import jaxdllm
 from support.forward import forward
 from support.llada_reference import TINY, llada_forward, make_llada_checkpoint
+from support.optional import torch
 
 
 @pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"weight_tying": True}],

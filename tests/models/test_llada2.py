@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from safetensors.numpy import load_file
 
 import jaxdllm
@@ -24,6 +23,7 @@ from jaxdllm.models.moe import grouped_swiglu, route
 from support.forward import forward as fwd
 from support.llada2_reference import (TINY, _route, block_causal_mask, llada2_forward, make_llada2_checkpoint,
                                      published_generate)
+from support.optional import torch
 
 TOL = 1e-4  # the fp32 parity tolerance of tests/checkpoint/test_hf_parity.py
 VARIANTS = {

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+from support.optional import torch, transformers
 
 VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
               num_attention_heads=2, num_key_value_heads=2, head_dim=8)
@@ -22,7 +21,8 @@ TEXT = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_lay
 
 
 def make_diffusion_gemma(path: Path | None = None, *, seed: int = 0, canvas: int = 8, head_scale: float = 1.0,
-                         eos_scale: float = 1.0, branch_scale: float = 1.0, **text) -> DiffusionGemmaForBlockDiffusion:
+                         eos_scale: float = 1.0, branch_scale: float = 1.0,
+                         **text) -> transformers.DiffusionGemmaForBlockDiffusion:
     """A tiny random `DiffusionGemmaForBlockDiffusion` (fp32, eval mode) with `TEXT` overridden by
     `text`; written to `path` with `save_pretrained` when given. `head_scale` scales the embedding
     (the tied head): confident predictions, so the entropy bound accepts several tokens a step;
@@ -31,8 +31,8 @@ def make_diffusion_gemma(path: Path | None = None, *, seed: int = 0, canvas: int
     leave each position's prediction close to its own input token, so repeated denoising settles
     (the adaptive stop's stability)."""
     torch.manual_seed(seed)
-    config = DiffusionGemmaConfig(text_config={**TEXT, **text}, vision_config=VISION, canvas_length=canvas)
-    model = DiffusionGemmaForBlockDiffusion(config).eval()
+    config = transformers.DiffusionGemmaConfig(text_config={**TEXT, **text}, vision_config=VISION, canvas_length=canvas)
+    model = transformers.DiffusionGemmaForBlockDiffusion(config).eval()
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -65,10 +65,8 @@ def denoiser_logits(model, prompt: torch.Tensor, canvases: list[torch.Tensor],
                     self_conditioning: torch.Tensor | None = None) -> torch.Tensor:
     """`[B, C, V]` logits of the denoiser over the last of `canvases` after the prompt and every
     earlier canvas were encoded into the cache (each canvas `[B, C]`)."""
-    from transformers import DynamicCache
-
     with torch.no_grad():
-        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        cache = transformers.DynamicCache(config=model.config.get_text_config(decoder=True))
         model.model.encoder(input_ids=prompt, cache=cache)
         for earlier in canvases[:-1]:
             start = cache.get_seq_length()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-import transformers
+from support.optional import torch, transformers
 
 SHAPES = {
     # name: (hidden, heads, kv_heads, head_dim or None, intermediate, layers, vocab)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
+from support.optional import lazy, torch
+
+safetensors_torch = lazy("safetensors.torch")
 
 TINY = dict(model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"], vocab_size=160,
             hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
@@ -26,16 +27,18 @@ TINY = dict(model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"], vocab_s
             eos_token_id=156, pad_token_id=156, mask_token_id=159, torch_dtype="float32")
 
 
-def make_llada2_checkpoint(path: Path, dtype=torch.float32, *, seed: int = 0, head_scale: float = 1.0,
+def make_llada2_checkpoint(path: Path, dtype=None, *, seed: int = 0, head_scale: float = 1.0,
                            eos_scale: float = 1.0, **overrides) -> dict[str, torch.Tensor]:
     """Write config.json (LLaDA2 keys, `overrides` applied) and model.safetensors; return the tensors.
 
-    Weights are drawn in fp32 from a generator seeded with `seed` and then cast to `dtype`. The
-    router weights are large enough that routing varies between tokens, and `expert_bias` is nonzero
-    so that selecting on biased scores differs from selecting on unbiased ones for some tokens.
+    Weights are drawn in fp32 from a generator seeded with `seed` and then cast to `dtype` (default
+    `torch.float32`). The router weights are large enough that routing varies between tokens, and
+    `expert_bias` is nonzero so that selecting on biased scores differs from selecting on unbiased
+    ones for some tokens.
     `head_scale` multiplies the LM head (confident predictions, so thresholds commit several tokens
     per step); `eos_scale` multiplies its EOS row once more (EOS predicted now and then).
     """
+    dtype = torch.float32 if dtype is None else dtype
     cfg = dict(TINY, **overrides, torch_dtype=str(dtype).removeprefix("torch."))
     d, h, kv, v, n_exp = (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
                           cfg["vocab_size"], cfg["num_experts"])
@@ -75,7 +78,7 @@ def make_llada2_checkpoint(path: Path, dtype=torch.float32, *, seed: int = 0, he
     w = {k: t.to(dtype).contiguous() for k, t in w.items()}
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg))
-    save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
+    safetensors_torch.save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
     return w
 
 
@@ -142,14 +145,15 @@ def _moe(x, w, prefix, cfg):
 
 
 def llada2_forward(w: dict[str, torch.Tensor], cfg: dict, ids: torch.Tensor, mask: torch.Tensor | None = None,
-                   dtype=torch.float32) -> tuple[torch.Tensor, list[dict]]:
-    """LLaDA2 MoE forward with every weight cast to `dtype`.
+                   dtype=None) -> tuple[torch.Tensor, list[dict]]:
+    """LLaDA2 MoE forward with every weight cast to `dtype` (default `torch.float32`).
 
     `mask`: optional bool `[B, L, L]` (or `[L, L]`), True = may attend; default all-visible.
     Returns fp32 logits `[B, L, V]` (unshifted) and, per MoE layer in order,
     `{"layer": i, "experts": LongTensor [B*L, k], "weights": fp32 [B*L, k]}` where the weights are
     the final ones (normalised, times routed_scaling_factor) and experts are sorted by biased score.
     """
+    dtype = torch.float32 if dtype is None else dtype
     w = {k: t.to(dtype) for k, t in w.items()}
     h, kv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
     hd = cfg.get("head_dim") or cfg["hidden_size"] // h

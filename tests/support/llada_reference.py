@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
+from support.optional import lazy, torch
+
+safetensors_torch = lazy("safetensors.torch")
 
 TINY = dict(d_model=48, n_heads=4, n_kv_heads=4, n_layers=2, mlp_hidden_size=96, vocab_size=130,
             embedding_size=130, rope_theta=500000.0, rms_norm_eps=1e-5, mask_token_id=126,
@@ -42,7 +43,7 @@ def make_llada_checkpoint(path: Path, head_scale: float = 1.0, **overrides) -> d
     cfg.update(model_type="llada", architectures=["LLaDAModelLM"],
                auto_map={"AutoModel": "modeling_llada.LLaDAModelLM"})
     (path / "config.json").write_text(json.dumps(cfg))
-    save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
+    safetensors_torch.save_file(w, str(path / "model.safetensors"), metadata={"format": "pt"})
     return w
 
 

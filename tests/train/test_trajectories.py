@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import jaxdllm
 from jaxdllm.data import make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.tokenizer import Tokenizer
 from jaxdllm.train.distill import generate_answers
+from support.optional import torch, transformers
 
 MODEL = Path(__file__).resolve().parents[2] / "checkpoints" / "tasks-qwen2-small"
 
@@ -30,8 +30,6 @@ def trajectories(tmp_path_factory):
 
 
 def test_states_agree_with_the_fixed_point_which_is_transformers_greedy(trajectories):
-    import transformers
-
     _, records, stats, eos = trajectories
     assert len(records) == 24 and stats["tasks"]["all"]["n"] == 24
     hf = transformers.AutoModelForCausalLM.from_pretrained(MODEL, torch_dtype=torch.float32).eval()
