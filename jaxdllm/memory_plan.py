@@ -15,12 +15,10 @@ import math
 
 import jax
 import numpy as np
-from flax import nnx
 
 from jaxdllm import sharding as shd
+from jaxdllm.decoding.canvas import Footprint
 from jaxdllm.decoding.config import SamplerConfig
-from jaxdllm.decoding.layout import block_lead, block_unit
-from jaxdllm.decoding.methods import DRAFT_CANVAS, UNIFORM_CANVAS
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.families import family_of
@@ -179,60 +177,68 @@ def _flash(options: RunOptions, platform: str) -> bool:
 
 def sampling_plan(config: ModelConfig, sampler: SamplerConfig, *, batch: int, prompt_len: int,
                   mesh: MeshShape = MeshShape(), dtype: str | None = None, platform: str = "tpu",
-                  options: RunOptions | None = None) -> MemoryPlan:
-    """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`
-    (block-causal models: the canvas also holds the block of the prompt's tail, a block of padding
-    when `prompt_len` fills whole blocks).
+                  options: RunOptions | None = None, companions: dict | None = None) -> MemoryPlan:
+    """Per-device bytes of `jaxdllm.generate` with `sampler` on prompts `[batch, prompt_len]`.
+
+    The canvas the sampler's policy decodes on says what its compiled loop holds per row
+    (`Canvas.footprint`: the canvas's columns, the K/V slots it keeps, its widest forward, the logits a
+    step keeps, its second models); this turns that into bytes for the model, the mesh and the dtype.
 
     Terms: `weights` (in `dtype`: a float dtype or `int8`, see `with_weights`; default the
-    `options`' own); `kv_cache` (prefix/dual
-    caches and draft-and-verify: K and V of every layer over the canvas, plus one verify layout
-    for the latter); `logits` (float32 over the decoded span, and their probabilities); `activations` (the largest layer of the widest
-    forward: the full canvas; the `[Lq, Lk]` scores unless attention is a tiled kernel on
-    `platform`); `decode_state` (canvas, commit steps and masks). MoE models add `moe_dispatch`:
-    the widest MoE layer's routed rows. Experts shard over `fsdp` (the `expert` rule) and XLA runs
-    each device's experts on every token of the step, so the rows are the whole batch's: the gathered
-    inputs, the float32 gate/up/down outputs of `experts_per_token` rows per token, and the router's
-    float32 scores.
+    `options`' own); `kv_cache` (K and V of every layer, each layer with its own K/V shape, over the
+    slots the canvas keeps); `logits` (the float32 `[positions, V]` buffers a step keeps);
+    `activations` (the largest layer of the widest forward, and its `[Lq, Lk]` scores unless attention
+    is a tiled kernel on `platform`); `decode_state` (canvas, commit steps and masks). MoE models add
+    `moe_dispatch`: the widest MoE layer's routed rows. Experts shard over `fsdp` (the `expert` rule)
+    and XLA runs each device's experts on every token of the step, so the rows are the whole batch's:
+    the gathered inputs, the float32 gate/up/down outputs of `experts_per_token` rows per token, and
+    the router's float32 scores.
 
-    DiffusionGemma's uniform canvas keeps the encoder's cache over the prompt and every canvas (each
-    layer with its own K/V shape), its widest forward is the prompt's prefill, and besides the
-    canvas's logits it carries their temperature-scaled copy (the self-conditioning input) and
-    their probabilities: four float32 `[C, V]` buffers per row.
+    A canvas or policy that runs a second model (SpecDiff's drafter, APD's verifier) adds its weights
+    and the same terms for it (`<role>_weights`, `<role>_kv_cache`, `<role>_logits`,
+    `<role>_activations`): pass its `ModelConfig` as `companions={role: config}`.
     """
     c, o = config, with_weights(options, dtype)
-    act = _itemsize(o.dtype)
     rows = _local(batch, mesh.batch_shards)
-    # the draft canvas keeps an exact cache, one verify layout longer
-    draft = sampler.policy.method == DRAFT_CANVAS.name
-    uniform = sampler.policy.method == UNIFORM_CANVAS.name
-    # A block-causal canvas: the prompt's whole blocks, the block that holds its tail, then G.
-    unit, lead = (1, 0) if draft or uniform else (block_unit(c, sampler), block_lead(c, sampler))
-    total = prompt_len // unit * unit + lead + sampler.gen_length
-    heads_local = _local(c.num_heads, mesh.tensor)
-    cached = sampler.cache.keeps_kv or draft or uniform
-    span = sampler.policy.layout(sampler.block_length).length if draft else sampler.block_length
-    slots = total + span if draft else total
-    width = max(total, span) if draft else total  # the widest forward: the canvas, or one verify layout
-    if uniform:
-        width = max(prompt_len, span)  # the prompt's prefill, or a canvas
-    kv_per_slot = sum(_local(c.kv_shape(i)[0], mesh.tensor) * c.kv_shape(i)[1] for i in range(c.num_layers))
-    terms = {
-        "weights": parameter_bytes(c, mesh, options=o),
-        "kv_cache": 2 * rows * slots * kv_per_slot * act if cached else 0,
-        "logits": (4 if uniform else 2) * rows * span * _local(c.vocab_size, mesh.tensor) * 4,
-        "activations": (rows * width * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act
-                        + (0 if _flash(o, platform) else rows * heads_local * width * slots * 4)),
-        "decode_state": rows * total * 16,
-    }
+    canvas = sampler.canvas
+    shape = canvas.footprint(c, sampler, prompt_len)
+    terms = {"weights": parameter_bytes(c, mesh, options=o), **_forward_terms(c, o, mesh, rows, shape, platform),
+             "logits": shape.logit_copies * rows * shape.logits * _local(c.vocab_size, mesh.tensor) * 4,
+             "decode_state": rows * shape.canvas * 16}
     e = c.experts
     if e is not None:
-        routed = batch * width * e.experts_per_token  # every token of the step, on every expert shard
-        terms["moe_dispatch"] = (routed * (c.embed_dim * (act + 4) + 2 * _local(e.expert_dim, mesh.tensor) * 4)
-                                 + batch * width * e.num_experts * 4)
+        routed = batch * shape.widest * e.experts_per_token  # every token of the step, on every expert shard
+        terms["moe_dispatch"] = (routed * (c.embed_dim * (_itemsize(o.dtype) + 4)
+                                           + 2 * _local(e.expert_dim, mesh.tensor) * 4)
+                                 + batch * shape.widest * e.num_experts * 4)
+    given = dict(companions or {})
+    for part in shape.companions:
+        if part.role not in given:
+            raise ConfigError(f"policy {sampler.policy.name!r} runs a {part.role} in the loop: pass its ModelConfig "
+                              f"as sampling_plan(..., companions={{{part.role!r}: config}}) so the plan counts it")
+        other = given.pop(part.role)
+        second = Footprint(canvas=0, kv_slots=part.kv_slots, widest=part.widest, attended=part.kv_slots,
+                           logits=part.logits)
+        terms[f"{part.role}_weights"] = parameter_bytes(other, mesh, options=o)
+        for name, value in _forward_terms(other, o, mesh, rows, second, platform).items():
+            terms[f"{part.role}_{name}"] = value
+        terms[f"{part.role}_logits"] = rows * part.logits * _local(other.vocab_size, mesh.tensor) * 4
+    if given:
+        raise ConfigError(f"policy {sampler.policy.name!r} runs no {' or '.join(map(repr, sorted(given)))}: drop it "
+                          "from companions=")
     notes = ("XLA's own workspace and fragmentation are not counted: keep 10 % of HBM free",)
     return MemoryPlan(f"sampling {sampler.policy.name}/{sampler.cache.name}, batch {batch}, prompt {prompt_len}"
                       f" + {sampler.gen_length}", str(mesh), terms, notes)
+
+
+def _forward_terms(c: ModelConfig, o: RunOptions, mesh: MeshShape, rows: int, shape: Footprint, platform: str) -> dict:
+    """`kv_cache` and `activations` bytes per device of one model over a canvas `Footprint`."""
+    act = _itemsize(o.dtype)
+    heads_local = _local(c.num_heads, mesh.tensor)
+    kv_per_slot = sum(_local(c.kv_shape(i)[0], mesh.tensor) * c.kv_shape(i)[1] for i in range(c.num_layers))
+    scores = 0 if _flash(o, platform) else rows * heads_local * shape.widest * shape.attended * 4
+    return {"kv_cache": 2 * rows * shape.kv_slots * kv_per_slot * act,
+            "activations": rows * shape.widest * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act + scores}
 
 
 def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(), rows: int | None = None,

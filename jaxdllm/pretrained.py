@@ -126,9 +126,14 @@ def policy_params(path: str | os.PathLike, config: SamplerConfig, **load_options
     """
     if not config.policy.needs_params:
         return None
+    directory = checkpoint_dir(path)
+    # the model itself first: a policy that cannot decode it says so before asking for its second model
+    if (directory / "config.json").is_file():
+        config.canvas.check_model(config_from_hf(read_config_json(directory), str(directory / "config.json")),
+                                  config)
     if load_options:
-        return config.policy.load_params(checkpoint_dir(path), config, **load_options)
-    return config.policy.load_params(checkpoint_dir(path), config)
+        return config.policy.load_params(directory, config, **load_options)
+    return config.policy.load_params(directory, config)
 
 
 def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:

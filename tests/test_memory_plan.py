@@ -9,6 +9,7 @@ from jaxdllm import ModelConfig, RunOptions, SamplerConfig, Transformer, shardin
 from jaxdllm.errors import ConfigError
 from jaxdllm.memory_plan import (GIB, RUNTIMES, MeshShape, parameter_bytes, runtime_mesh, sampling_plan,
                                  training_plan)
+from support import registries
 from jaxdllm.train import TrainConfig
 
 TINY = dict(embed_dim=256, mlp_dim=1024, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, max_position=1024)
@@ -60,6 +61,70 @@ def test_the_plan_is_within_15_percent_of_xla():
     got = xla(lower_train_step(recipe, config, mesh, rows=8, seq_len=128).compile())
     plan = training_plan(config, recipe, platform="cpu").total
     assert abs(plan / got - 1) < 0.15, (plan, got)
+
+
+def _xla_bytes(compiled) -> int:
+    """XLA's arguments + temporaries + outputs - donated buffers of a compiled program."""
+    m = compiled.memory_analysis()
+    return m.argument_size_in_bytes + m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+# Per registered canvas: the presets whose compiled loop the plan is held to, each with its model
+# preset (and overrides) and the second model its policy runs ({role: model preset}). A canvas without an
+# entry fails the test, naming this table. The default run compiles APD's (both models of the loop); the
+# others are in the slow run (the default run's 6-minute budget).
+_DG = dict(embed_dim=256, mlp_dim=1024, vocab_size=1024, block_size=256)  # the published 256-token canvas
+CANVAS_PLANS = {
+    "masked_canvas": [("llada", "tiny-llada", TINY, {}), ("fast-dllm-dual", "tiny-llada", TINY, {})],
+    "draft_canvas": [("jacobi", "tiny-qwen2", TINY, {}), ("specdiff", "tiny-qwen2", TINY, {"drafter": "tiny-llada"})],
+    "uniform_canvas": [("diffusiongemma", "tiny-diffusiongemma", _DG, {})],
+    "freedave_canvas": [("freedave", "tiny-llada", TINY, {})],
+    "apd_canvas": [("apd", "tiny-llada", TINY, {"verifier": "tiny-qwen2"})],
+}
+
+
+def _canvas_cases():
+    for canvas in registries.canvases():
+        if canvas not in CANVAS_PLANS:
+            yield pytest.param(canvas, None, id=canvas)
+            continue
+        for case in CANVAS_PLANS[canvas]:
+            marks = () if case[0] == "apd" else (pytest.mark.slow,)
+            yield pytest.param(canvas, case, id=f"{canvas}-{case[0]}", marks=marks)
+
+
+@pytest.mark.parametrize("canvas,case", list(_canvas_cases()))
+def test_every_canvas_plan_is_within_20_percent_of_xla(canvas, case):
+    """Each canvas's footprint, turned into bytes by the plan, against XLA's byte count of the compiled
+    loop (prompts [4, 128], 256 generated tokens; no weights: abstract parameters), second models
+    included: SpecDiff's drafter and APD's verifier enter the loop as abstract models too."""
+    from jaxdllm.decoding import Sampler
+    from jaxdllm.lowering import abstract_model
+
+    if case is None:
+        pytest.fail(f"canvas {canvas!r} is registered but has no entry in CANVAS_PLANS (tests/test_memory_plan.py)")
+    preset, model, overrides, companions = case
+    config = ModelConfig.preset(model, **overrides)
+    canvas_length = {"block_length": config.block_size} if canvas == "uniform_canvas" else {}
+    sampler = SamplerConfig.preset(preset, gen_length=256, **canvas_length)
+    assert sampler.canvas.name == canvas
+    configs = {role: ModelConfig.preset(name, **TINY) for role, name in companions.items()}
+    second = abstract_model(next(iter(configs.values()))) if configs else None
+    got = _xla_bytes(Sampler(abstract_model(config)).lower((4, 128), sampler, policy_params=second).compile())
+    plan = sampling_plan(config, sampler, batch=4, prompt_len=128, platform="cpu", companions=configs)
+    for role in configs:
+        assert plan.terms[f"{role}_weights"] == parameter_bytes(configs[role])
+    assert abs(plan.total / got - 1) < 0.2, (preset, plan.total, got, plan.terms)
+
+
+def test_a_plan_of_a_loop_with_a_second_model_needs_that_model():
+    """The plan refuses to leave out a second model the policy runs, and one it does not run."""
+    config = ModelConfig.preset("tiny-llada", **TINY)
+    with pytest.raises(ConfigError, match=r"runs a verifier in the loop: pass its ModelConfig as "
+                                          r"sampling_plan\(\.\.\., companions=\{'verifier': config\}\)"):
+        sampling_plan(config, SamplerConfig.preset("apd"), batch=1, prompt_len=32)
+    with pytest.raises(ConfigError, match="runs no 'drafter'"):
+        sampling_plan(config, SamplerConfig.preset("llada"), batch=1, prompt_len=32, companions={"drafter": config})
 
 
 @pytest.mark.parametrize("prompt_len", [96, 100])
@@ -147,14 +212,14 @@ def test_notebook_02_picks_a_layout_from_the_device_it_finds(kind, count, gib, f
 
 def test_a_uniform_canvas_plan_holds_the_encoder_cache_and_the_canvas_logits():
     """The uniform canvas keeps the encoder's cache over the prompt and every canvas, each layer with
-    its own K/V shape (the tiny preset: sliding 2 x 16, full 1 x 32), and four float32 [canvas,
+    its own K/V shape (the tiny preset: sliding 2 x 16, full 1 x 32), and ten float32 [canvas,
     vocab] buffers per row; its widest forward is the prompt's prefill."""
     config = ModelConfig.preset("tiny-diffusiongemma")
     sampler = SamplerConfig.preset("diffusiongemma", gen_length=24, block_length=8)
     plan = sampling_plan(config, sampler, batch=2, prompt_len=40, platform="cpu")
     slots, per_slot = 40 + 24, 2 * (2 * 16) + 2 * (1 * 32)
     assert plan.terms["kv_cache"] == 2 * 2 * slots * per_slot * 4
-    assert plan.terms["logits"] == 4 * 2 * 8 * 256 * 4
+    assert plan.terms["logits"] == 10 * 2 * 8 * 256 * 4
     assert plan.terms["decode_state"] == 2 * slots * 16
 
 
@@ -163,7 +228,7 @@ def test_diffusiongemma_26b_on_the_colab_runtimes_and_slices():
     """DiffusionGemma-26B-A4B: 47 GiB of bf16 weights fit no single chip; int8 (24.3 GiB) fits a
     v6e-1 (32 GiB) and not a v5e-1; bf16 shares out over a v5e-8. The uniform canvas keeps the
     encoder's cache with each layer's own K/V shape (sliding 8 x 256, full 2 x 512) over the prompt
-    and the canvases, and four float32 [canvas, vocab] buffers per row."""
+    and the canvases, and ten float32 [canvas, vocab] buffers per row."""
     config, sampler = ModelConfig.preset("diffusiongemma-26b-a4b"), SamplerConfig.preset("diffusiongemma")
     plan = lambda runtime, dtype: sampling_plan(config, sampler, batch=RUNTIMES[runtime].devices, prompt_len=512,
                                                 mesh=runtime_mesh(RUNTIMES[runtime]), dtype=dtype)

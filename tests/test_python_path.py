@@ -135,7 +135,7 @@ def test_every_preset_rescales_to_a_coherent_config(gen):
     for name, published in SAMPLER_PRESETS.items():
         config = SamplerConfig.preset(name, gen_length=gen)
         assert config.gen_length == gen and config.policy == published.policy and config.cache == published.cache
-        if published.policy.method == "draft_canvas":
+        if published.policy.canvas == "draft_canvas":
             assert config.block_length == min(published.block_length, gen)
             continue
         assert gen % config.block_length == 0 and config.block_length <= max(published.block_length, gen)
@@ -175,13 +175,13 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
     the causal one), decodes the README's single-answer prompts to their right answers (one-answer
     tasks: every sampler of the cards gets them)."""
     for name, published in SAMPLER_PRESETS.items():
-        if published.policy.method == "uniform_canvas":  # DiffusionGemma's: its own shipped model
+        if published.policy.canvas == "uniform_canvas":  # DiffusionGemma's: its own shipped model
             model, tok, defaults = jaxdllm.load("tasks-diffusiongemma-tiny")
             out = jaxdllm.generate(model, tok(list(PROMPTS.values())), SamplerConfig.preset(
                 name, gen_length=defaults.gen_length, block_length=defaults.block_length))
             assert tok.answers(out)[::2] == ANSWERS[::2], name  # it knows copy and reverse, not sort
             continue
-        diffusion = published.policy.method in ("masked_canvas", "freedave_canvas", "apd_canvas")
+        diffusion = published.policy.canvas in ("masked_canvas", "freedave_canvas", "apd_canvas")
         model, tok, defaults = llada if diffusion else qwen
         batch = tok(list(PROMPTS.values()))
         config = SamplerConfig.preset(name, gen_length=defaults.gen_length)

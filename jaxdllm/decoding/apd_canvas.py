@@ -20,9 +20,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdllm.decoding.canvas import Canvas, CompanionFootprint, Footprint
 from jaxdllm.decoding.layout import slice_window
+from jaxdllm.decoding.policies.apd import Apd
 from jaxdllm.decoding.second_model import causal_mask, check_second_model, row_forward, window_mask
-from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
+from jaxdllm.decoding.state import DecodeState, commit_window, stop_at_eos
 from jaxdllm.errors import ConfigError
 
 
@@ -41,10 +43,12 @@ class ApdCarry:
     previous: jax.Array
 
 
-class ApdCanvas:
+class ApdCanvas(Canvas):
     """The APD canvas (diffusion models steered by a small causal model)."""
 
     name = "apd_canvas"
+    policy_base = Apd
+    companion_roles = ("verifier",)
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
@@ -63,7 +67,17 @@ class ApdCanvas:
         return config.gen_length  # every step commits at least one token of every active row
 
     def _window(self, config, lay) -> int:
-        return min(max(config.policy.kv_window, lay.shift) + config.gen_length, lay.total)
+        return _window(config, lay.shift, lay.total)
+
+    def footprint(self, model_config, config, prompt_len: int) -> Footprint:
+        """The diffusion model's cache of the canvas plus one window, its widest forward the prompt's
+        prefill or a window (whose logits it keeps); the verifier's cache of the canvas plus a draft,
+        and its forward over the draft."""
+        total, m = prompt_len + config.gen_length, config.policy.draft_window
+        window = _window(config, int(model_config.shift_logits), total)
+        verifier = CompanionFootprint("verifier", kv_slots=total + m, widest=max(prompt_len - 1, m), logits=m)
+        return Footprint(canvas=total, kv_slots=total + window, widest=max(prompt_len, window),
+                         attended=total + window, logits=window, companions=(verifier,))
 
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` and a masked answer, with both models' prompt K/V prefilled."""
@@ -126,7 +140,9 @@ class ApdCanvas:
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, view.answer)
         state = state.replace(done=state.done | ~state.undecided.any(1))
-        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+        return state
 
 
-APD_CANVAS = ApdCanvas()
+def _window(config, shift: int, total: int) -> int:
+    """Tokens of the diffusion model's window: `kv_window` before the newly decided text to the canvas's end."""
+    return min(max(config.policy.kv_window, shift) + config.gen_length, total)

@@ -44,7 +44,8 @@ class Cache(Settings):
       attentions: the model attention modes it serves.
       supports_cfg: it can run classifier-free guidance (a second, unconditional canvas).
       answer_logits: it can return logits for the whole answer (`span="answer"`).
-      keeps_kv: it holds K/V between steps (methods with their own exact cache refuse it).
+      keeps_kv: it holds K/V between steps (canvases with their own exact cache refuse it).
+      exact: its logits equal the whole canvas's forward (`none`, `block`; Fast-dLLM's are approximate).
     """
 
     name: ClassVar[str] = ""
@@ -53,6 +54,7 @@ class Cache(Settings):
     supports_cfg: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
     keeps_kv: ClassVar[bool] = True
+    exact: ClassVar[bool] = False
 
     def check(self, config) -> None:
         """Checks that need only the `SamplerConfig` (at construction)."""
@@ -64,6 +66,11 @@ class Cache(Settings):
         if model_config.attention not in self.attentions:
             raise ConfigError(f"cache={self.name!r} does not serve {model_config.attention} models "
                               f"(it serves {', '.join(self.attentions)})")
+
+    def step_window(self, lay, config) -> int | None:
+        """Tokens a step feeds when they are one fixed window of model blocks after a cached prefix
+        (the block cache); None when a step reads the whole canvas or a span that changes per block."""
+        return None
 
     def init(self, model, canvas, view, lay, config):
         """The cache state for `canvas [B, T]` (MASK answer) with `view` (seg, positions `[B, T]`)."""
@@ -93,6 +100,7 @@ def logits_span(state, lay, config, span: str) -> tuple:
 class NoCache(Cache):
     name = "none"
     keeps_kv = False
+    exact = True
     supports_cfg = True
     answer_logits = True
 
@@ -209,6 +217,7 @@ class BlockCache(Cache):
 
     name = "block"
     attentions = ("block_causal",)
+    exact = True
 
     def check_model(self, model_config, config):
         if model_config.attention == "bidirectional":
@@ -224,6 +233,9 @@ class BlockCache(Cache):
     def window(lay, config) -> int:
         """Tokens fed per step: the model block(s) holding the decoding block."""
         return max(config.block_length, lay.block_size)
+
+    def step_window(self, lay, config) -> int:
+        return self.window(lay, config)
 
     def init(self, model, canvas, view, lay, config, extra_slots: int = 0):
         """The K/V of the prompt's whole blocks before the first decoded block, once (not a

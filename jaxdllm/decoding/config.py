@@ -43,6 +43,29 @@ def _route(settings: dict, owner, kind: str) -> tuple[Any, dict]:
     return (dataclasses.replace(owner, **mine) if mine else owner), settings
 
 
+def setting_owners() -> dict[str, tuple[str, str]]:
+    """The table of short spellings: every sampler keyword -> `(kind, owner)`, kind "loop", "policy" or
+    "cache" (a cache setting also as `cache_<name>`), from the loop's settings and the registered
+    policies and caches. Each keyword has one kind of owner; a keyword claimed by two kinds (a policy
+    setting named like a cache's or a loop's) is a `ConfigError` naming both."""
+    table = {name: ("loop", "the loop") for name in _LOOP_DEFAULTS}
+
+    def claim(key: str, kind: str, owner: str) -> None:
+        if key in table and table[key][0] != kind:
+            raise ConfigError(f"sampler setting {key!r} belongs to {table[key][1]} and to {owner}: rename one of "
+                              "them (each short spelling has one owner)")
+        table.setdefault(key, (kind, owner))
+
+    for name, cls in policies_lib.POLICIES.items():
+        for setting in cls.settings():
+            claim(setting, "policy", f"policy {name!r}")
+    for name, cls in caches_lib.CACHES.items():
+        for setting in cls.settings():
+            claim(setting, "cache", f"cache {name!r}")
+            claim(_CACHE_PREFIX + setting, "cache", f"cache {name!r}")
+    return table
+
+
 def _owners_of(setting: str) -> tuple[str, list[str]]:
     """`("policy" | "cache", names)` of the registered pieces that take `setting` (names may be empty)."""
     policies = [name for name, cls in policies_lib.POLICIES.items() if setting in cls.settings()]
@@ -92,6 +115,7 @@ class SamplerConfig:
 
     def __init__(self, *, policy: str | policies_lib.Policy = "llada", cache: str | caches_lib.Cache = "none",
                  **settings: Any):
+        setting_owners()  # no keyword has two kinds of owner (a policy or cache registered with a clash)
         loop = {k: settings.pop(k) for k in list(settings) if k in _LOOP_DEFAULTS}
         if isinstance(policy, str):
             policy = policies_lib.policy_class(policy)()
@@ -115,13 +139,20 @@ class SamplerConfig:
             raise ConfigError("temperature and cfg_scale must be >= 0")
         if not isinstance(self.max_trajectory, int) or self.max_trajectory < 0:
             raise ConfigError("max_trajectory must be an integer >= 0")
-        from jaxdllm.decoding.methods import method_of  # the method checks its own layout rules
-
-        method_of(self).check_config(self)
+        canvas = self.canvas  # the canvas checks its policy and its own layout rules
+        canvas.check_policy(self.policy)
+        canvas.check_config(self)
         self.policy.check(self)
         self.cache.check(self)
 
     # -- derived -------------------------------------------------------------------------------
+    @property
+    def canvas(self):
+        """The `Canvas` the policy decodes on (`jaxdllm.decoding.canvases`)."""
+        from jaxdllm.decoding.canvases import canvas_of
+
+        return canvas_of(self)
+
     @property
     def num_blocks(self) -> int:
         """Blocks of `block_length` that hold `gen_length` tokens (a block-causal model decodes any
@@ -193,18 +224,13 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     gen = overrides.get("gen_length", base.gen_length)
     if gen == base.gen_length or not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
         return overrides  # nothing to rescale (a bad value is reported by the constructor)
-    from jaxdllm.decoding.methods import DRAFT_CANVAS
+    from jaxdllm.decoding.canvases import canvas_of
 
     out = dict(overrides)
     policy = out.get("policy", base.policy)
-    method = (policies_lib.policy_class(policy) if isinstance(policy, str) else type(policy)).method
     if "block_length" not in out:
-        if method == DRAFT_CANVAS.name:  # the draft window, not a block of the canvas
-            out["block_length"] = min(base.block_length, gen)
-        elif base.block_length >= base.gen_length:
-            out["block_length"] = gen
-        else:
-            out["block_length"] = max(d for d in range(1, min(base.block_length, gen) + 1) if gen % d == 0)
+        canvas = canvas_of(policies_lib.policy_class(policy) if isinstance(policy, str) else policy)
+        out["block_length"] = canvas.resized_block_length(base.block_length, base.gen_length, gen)
     block = out["block_length"]
     if "steps" not in out and isinstance(block, int) and block > 0:
         blocks = -(-gen // block)  # whole blocks (block-causal models decode any G to the end of a block)

@@ -18,22 +18,22 @@ fills).
 
 from __future__ import annotations
 
-import inspect
-
 import jax
 import jax.numpy as jnp
 
+from jaxdllm.decoding.canvas import Canvas, Footprint
 from jaxdllm.decoding.layout import slice_window
-from jaxdllm.decoding.policies.draft_verify import Seen
-from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_at_eos
+from jaxdllm.decoding.policies.draft_verify import DraftVerifyPolicy, Seen
+from jaxdllm.decoding.state import DecodeState, commit_window, stop_at_eos
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 
 
-class DraftCanvas:
+class DraftCanvas(Canvas):
     """The draft canvas (causal models)."""
 
     name = "draft_canvas"
+    policy_base = DraftVerifyPolicy
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
@@ -54,6 +54,26 @@ class DraftCanvas:
         """KV slots per row: the canvas plus one layout past its end."""
         return lay.total + config.policy.layout(config.block_length).length
 
+    def footprint(self, model_config, config, prompt_len: int) -> Footprint:
+        """An exact cache of the canvas plus one verification layout; the widest forward is the
+        prompt's prefill or a layout; the layout's logits; the policy's second model, if any."""
+        span = config.policy.layout(config.block_length).length
+        total = prompt_len + config.gen_length
+        return Footprint(canvas=total, kv_slots=total + span, widest=max(prompt_len, span), attended=total + span,
+                         logits=span, companions=config.policy.companion_footprints(prompt_len, config))
+
+    def resized_block_length(self, block_length: int, gen_length: int, new_gen_length: int) -> int:
+        """The draft window stays the published one, at most the new canvas."""
+        return min(block_length, new_gen_length)
+
+    def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
+        """Autoregressive decoding (a window of 1), Jacobi decoding and Jacobi Forcing's multi-block
+        decoding, at the checkpoint's window (default 16)."""
+        g, n = gen_length, min(defaults.get("block_length", 16), gen_length)
+        return {"ar": ("jacobi", dict(gen_length=g, block_length=1)),
+                "jacobi": ("jacobi", dict(gen_length=g, block_length=n)),
+                "jacobi-mr": ("jacobi-forcing", dict(gen_length=g, block_length=n))}
+
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
         prefilled; rows with `valid [B]` False start done."""
@@ -71,8 +91,8 @@ class DraftCanvas:
                     logits_slice=(before, lp - before) if reads_hidden else (lp - 1, 1), return_hidden=reads_hidden)
         cache = out.cache
         hidden = out.hidden[:, 0] if reads_hidden else None
-        policy_state = _call(config.policy.seed, policy_state, hidden, policy_params, model.unembed,
-                             temperature=config.temperature)
+        policy_state = config.policy.seed(policy_state, hidden, policy_params, model.unembed,
+                                          temperature=config.temperature)
         return DecodeState.start(canvas, undecided, done=~valid, key=key, cache=cache, policy_state=policy_state,
                                  max_trajectory=config.max_trajectory)
 
@@ -132,8 +152,8 @@ class DraftCanvas:
             cache = cache.move_slots(source, start + 1, shape.branch_len)
         active = candidates.any(1)
         seen = Seen(ids, logits, hidden, verdict, policy_params, model.unembed, config.temperature, lay)
-        policy_state = _call(policy.update, state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens,
-                             active, seen=seen)
+        policy_state = policy.update(state.policy_state, last, proposal, predicted[:, 1:1 + e], verdict.tokens,
+                                     active, seen=seen)
         nfe = state.nfe + active.astype(jnp.int32)
         state = commit_window(state.replace(nfe=nfe, cache=cache, policy_state=policy_state),
                               first, commit, verdict.tokens, nfe,
@@ -141,14 +161,7 @@ class DraftCanvas:
         if config.stop_at_eos:
             state = stop_at_eos(state, lay.eos_id, view.answer)
         state = state.replace(done=state.done | ~state.undecided.any(1))
-        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
-
-
-def _call(fn, *args, **optional):
-    """`fn(*args, **optional)`, passing only the keywords `fn` names (a policy written before a
-    keyword was added to the interface runs unchanged)."""
-    named = inspect.signature(fn).parameters
-    return fn(*args, **{k: v for k, v in optional.items() if k in named})
+        return state
 
 
 def _with_batch(cache: KVCache, fn) -> KVCache:
@@ -156,5 +169,3 @@ def _with_batch(cache: KVCache, fn) -> KVCache:
     axes = cache.batch_axes()
     return jax.tree.map(fn, cache, axes)
 
-
-DRAFT_CANVAS = DraftCanvas()

@@ -53,12 +53,13 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.attention import MaskSpec
-from jaxdllm.decoding.caches import BlockCache
+from jaxdllm.decoding.caches import CACHES
+from jaxdllm.decoding.canvas import Footprint
 from jaxdllm.decoding.layout import put_window, slice_window
 from jaxdllm.decoding.masked_canvas import MaskedCanvas
 from jaxdllm.decoding.policies import StepContext
-from jaxdllm.decoding.policies.freedave import draft_commits, target_commits, verify
-from jaxdllm.decoding.state import DecodeState, commit_window, record_trajectory, stop_after_eos_block, stop_at_eos
+from jaxdllm.decoding.policies.freedave import FreeDave, draft_commits, target_commits, verify
+from jaxdllm.decoding.state import DecodeState, commit_window, stop_after_eos_block, stop_at_eos
 from jaxdllm.errors import ConfigError
 
 
@@ -81,9 +82,9 @@ class Seed:
 def seed_width(config, lay) -> int:
     """S, the positions a seed covers: two decoding blocks where one forward gives the next block's
     logits too (cache='none' with several blocks; cache='block' with windows of several blocks), else one."""
-    bl = config.block_length
-    if config.cache.name == "block":
-        return 2 * bl if BlockCache.window(lay, config) > bl else bl
+    bl, window = config.block_length, config.cache.step_window(lay, config)
+    if window is not None:
+        return 2 * bl if window > bl else bl
     return 2 * bl if lay.num_blocks(bl) > 1 else bl
 
 
@@ -109,13 +110,32 @@ class FreedaveCanvas(MaskedCanvas):
     """The masked canvas decoded by FreeDave (policy `freedave`)."""
 
     name = "freedave_canvas"
+    policy_base = FreeDave
+
+    def footprint(self, model_config, config, prompt_len: int) -> Footprint:
+        """The K drafts in one forward: K whole canvases (or K windows of the block cache, each row over its
+        own copy of the cache unless drafts share it as a tree), the seed's logits (one or two blocks)
+        and the K drafts' logits."""
+        policy, k, bl = config.policy, config.policy.drafts, config.block_length
+        total = self.canvas_columns(model_config, config, prompt_len)
+        seed = 2 * bl if (total - prompt_len) > bl else bl
+        if not config.cache.keeps_kv:
+            return Footprint(canvas=total, kv_slots=0, widest=k * total, attended=total, logits=(k + 1) * seed)
+        window = max(bl, model_config.block_size)
+        if policy.draft_layout == "tree":
+            slots = total + (k - 1) * window
+            return Footprint(canvas=total, kv_slots=slots, widest=k * window, attended=slots, logits=(k + 1) * seed)
+        return Footprint(canvas=total, kv_slots=(k + 1) * total, widest=k * window, attended=total,
+                         logits=(k + 1) * seed)
 
     def check_config(self, config) -> None:
         """The masked canvas's checks, and an exact cache (`none` or `block`)."""
         super().check_config(config)
-        if config.cache.name not in ("none", "block"):
+        if not config.cache.exact:
+            exact = ", ".join(f"cache={name!r} ({' or '.join(cls.attentions)} models)"
+                              for name, cls in CACHES.items() if cls.exact)
             raise ConfigError(f"policy {config.policy.name!r} is exact and cache={config.cache.name!r} is "
-                              "approximate: use cache='none' (bidirectional models) or cache='block' (block-causal)")
+                              f"approximate: use an exact cache: {exact}")
 
     def max_steps(self, config, lay=None) -> int:
         """A bound on the loop's steps: one per decoded column plus a seeding step per block."""
@@ -128,7 +148,7 @@ class FreedaveCanvas(MaskedCanvas):
         policy = config.policy
         extra = 0
         if policy.draft_layout == "tree":
-            extra = (policy.drafts - 1) * BlockCache.window(lay, config)
+            extra = (policy.drafts - 1) * config.cache.step_window(lay, config)
         canvas = jnp.concatenate([prompt, jnp.full((prompt.shape[0], lay.total - prompt.shape[1]), lay.mask_id,
                                                    prompt.dtype)], 1)
         kv = config.cache.init(model, canvas, view, lay, config, extra_slots=extra) if config.cache.keeps_kv else None
@@ -152,14 +172,15 @@ class FreedaveCanvas(MaskedCanvas):
             return jnp.swapaxes(jax.lax.map(one, jnp.swapaxes(windows, 0, 1)), 0, 1), seed.kv
         S = seed.logits.shape[1]
         start = lay.decode_start + state.block * bl
-        if config.cache.name != "block":  # whole canvases, B*k rows
+        W = config.cache.step_window(lay, config)
+        if W is None:  # whole canvases, B*k rows
             canvas = put_window(jnp.repeat(state.canvas, k, axis=0), start, windows.reshape(b * k, bl))
             seg, pos = jnp.repeat(view.seg, k, axis=0), jnp.repeat(view.positions, k, axis=0)
             first = jnp.clip(start - lay.shift, 0, lay.total - S)
             logits = model(canvas, pos, lay.mask(seg, seg), logits_slice=(first, S)).logits
             logits = _from_block_start(logits, start - lay.shift - first)
             return logits.reshape(b, k, S, -1), seed.kv
-        W, shift = BlockCache.window(lay, config), lay.shift
+        shift = lay.shift
         window_start = lay.decode_start + (state.block * bl) // W * W
         fed = window_start - shift
         offset = start - window_start                      # the block inside the window
@@ -267,7 +288,7 @@ class FreedaveCanvas(MaskedCanvas):
         if config.cache.keeps_kv:  # the block cache rewrites a finished window from its final tokens
             kv = config.cache.after_commit(model, state.replace(cache=kv), view, lay, config, block_full)
         state = state.replace(cache=Seed(kv=kv, logits=seed_logits, valid=valid))
-        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+        return state
 
 
 def _eos_stops(windows: jax.Array, open_after: jax.Array, answer: jax.Array, eos_id: int) -> jax.Array:
@@ -289,10 +310,8 @@ def _next_block_seed(logits: jax.Array, valid: jax.Array, block_full: jax.Array,
     if logits.shape[1] == bl:
         return logits, valid & ~block_full
     moved = jnp.concatenate([logits[:, bl:], jnp.zeros_like(logits[:, bl:])], 1)
-    covered = jnp.bool_(True)
-    if config.cache.name == "block":
-        covered = (block * bl) % BlockCache.window(lay, config) != 0
+    covered, window = jnp.bool_(True), config.cache.step_window(lay, config)
+    if window is not None:
+        covered = (block * bl) % window != 0
     return jnp.where(block_full, moved, logits), jnp.where(block_full, valid & covered, valid)
 
-
-FREEDAVE_CANVAS = FreedaveCanvas()

@@ -20,17 +20,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdllm.decoding.layout import slice_window
-from jaxdllm.decoding.policies import StepContext
-from jaxdllm.decoding.state import (DecodeState, commit_window, fill_answer, record_trajectory, stop_after_eos_block,
+from jaxdllm.decoding.canvas import Canvas, Footprint
+from jaxdllm.decoding.layout import answer_columns, block_lead, block_unit, slice_window
+from jaxdllm.decoding.policies import Policy, StepContext
+from jaxdllm.decoding.state import (DecodeState, commit_window, fill_answer, stop_after_eos_block,
                                     stop_at_eos)
 from jaxdllm.errors import ConfigError
 
 
-class MaskedCanvas:
+class MaskedCanvas(Canvas):
     """The MASK canvas (LLaDA, Dream, block diffusion)."""
 
     name = "masked_canvas"
+    policy_base = Policy
+    unmasks = True
     block_layout = True  # block-causal models decode in the published block layout (`layout.py`)
 
     def check_config(self, config) -> None:
@@ -61,6 +64,26 @@ class MaskedCanvas:
         # bound only guards against a policy bug. The lead block is at most gen_length wide.
         width = 2 * config.gen_length if lay is None else lay.decode_width
         return width + width // config.block_length * (1 + config.policy.extra_steps_per_block())
+
+    def canvas_columns(self, model_config, config, prompt_len: int) -> int:
+        """Columns of the canvas for prompts of `prompt_len` tokens: a block-causal model's prompt in whole
+        blocks, the block that holds its tail, then the answer."""
+        unit = block_unit(model_config, config)
+        lead = block_lead(model_config, config)
+        return prompt_len // unit * unit + lead + answer_columns(config.gen_length, lead)
+
+    def footprint(self, model_config, config, prompt_len: int) -> Footprint:
+        """The whole canvas in the widest forward; K/V of every column where the cache keeps them; the
+        logits and probabilities of one block."""
+        total = self.canvas_columns(model_config, config, prompt_len)
+        return Footprint(canvas=total, kv_slots=total if config.cache.keeps_kv else 0, widest=total, attended=total,
+                         logits=config.block_length)
+
+    def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
+        """One token per step (`llada`) against Fast-dLLM's threshold, each over one block of the answer."""
+        g = gen_length
+        return {"llada": ("llada", dict(gen_length=g, block_length=g, steps=g)),
+                "threshold": ("fast-dllm-parallel", dict(gen_length=g, block_length=g))}
 
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by G MASK (the answer: `view.answer`); rows with
@@ -123,7 +146,5 @@ class MaskedCanvas:
         state = state.replace(done=state.done | (block >= lay.num_blocks(bl)), block=block,
                               block_step=jnp.where(block_full, 0, state.block_step + 1))
         state = state.replace(cache=config.cache.after_commit(model, state, view, lay, config, block_full))
-        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+        return state
 
-
-MASKED_CANVAS = MaskedCanvas()

@@ -25,7 +25,6 @@ from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import (Layout, answer_columns, block_lead, prepare_block_prompts, prepare_prompts,
                                      prompt_bucket)
 from jaxdllm.decoding.loop import decode, decode_stepwise, decode_to_export
-from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.policies import POLICIES
 from jaxdllm.errors import ConfigError, ConfigTypeError, DeviceMemoryError, InputError, out_of_memory_message
 
@@ -64,7 +63,7 @@ class Prepared(NamedTuple):
 def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=None, lead: int = 0) -> None:
     """Errors a user can act on, raised before anything compiles (`lead`: the block-causal layout's
     first block, whose answer columns are whole blocks: `layout.answer_columns`)."""
-    method_of(config).check_model(model_config, config)
+    config.canvas.check_model(model_config, config)
     if prompt_len >= model_config.max_position:
         raise ConfigError(f"the prompt alone ({prompt_len} tokens after padding) fills the model's max_position "
                           f"({model_config.max_position}): shorten it to fewer than {model_config.max_position} "
@@ -79,10 +78,15 @@ def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=No
                           "shorten the prompt (padding to prompt_bucket is dropped when it would not fit)")
     if config.stop_at_eos and model_config.eos_token_id is None:
         raise ConfigError("stop_at_eos needs the model config's eos_token_id")
-    if (policy_params is not None) != config.policy.needs_params:
+    policy = config.policy
+    if policy_params is None and policy.needs_params:
+        raise ConfigError(f"policy {policy.name!r} reads {policy.params_kind}: load it with "
+                          "params = jaxdllm.policy_params(model_dir, config) and pass generate(..., "
+                          "policy_params=params)")
+    if policy_params is not None and not policy.needs_params:
         readers = [name for name, cls in POLICIES.items() if cls.needs_params]
-        raise ConfigError(f"policy {', '.join(map(repr, readers))} needs policy_params=<its module> (learn2pd: "
-                          f"a Learn2PDFilter), and only it takes one (policy here: {config.policy.name!r})")
+        raise ConfigError(f"policy {policy.name!r} has no parameters of its own: drop policy_params (only "
+                          f"{', '.join(map(repr, readers))} take them)")
 
 
 def check_inputs(model_config, input_ids, attention_mask) -> None:
@@ -132,7 +136,7 @@ def prepare(model_config, input_ids, attention_mask, config: SamplerConfig, row_
     bucket = prompt_bucket(model_config, config, prompt_len)
     answer_start = prompts = None
     lead = extra = 0
-    if model_config.attention == "block_causal" and getattr(method_of(config), "block_layout", False):
+    if model_config.attention == "block_causal" and config.canvas.block_layout:
         lead = block_lead(model_config, config)
         # A token-shifted model reads the logit before the first decoded block: keep a block of context.
         ids, seg, answer_start = prepare_block_prompts(input_ids, attention_mask, lead, bucket, pad_id,
@@ -254,7 +258,7 @@ class Sampler:
                 key = jax.random.PRNGKey(0) if key is None else _recreated(key)
                 answer_start = None if p.answer_start is None else self._place(p.answer_start)
                 state = driver(self._graphdef, self._params, self._place(p.ids), self._place(p.seg),
-                               self._place(p.valid), key, params_state, answer_start, method=method_of(config),
+                               self._place(p.valid), key, params_state, answer_start, canvas=config.canvas,
                                lay=p.lay, config=config, params_def=params_def, rules=self._static_rules)
             return _result(state, p, config)
         except Exception as e:  # XLA's out of memory has no stable public type: read its status
@@ -263,23 +267,32 @@ class Sampler:
                 raise
             raise DeviceMemoryError(memory) from e
 
-    def _abstract_call(self, input_shape: tuple[int, int], config: SamplerConfig):
-        """`(args, kwargs)` of `decode` for prompts of `input_shape`, as shapes and shardings."""
+    def _abstract_call(self, input_shape: tuple[int, int], config: SamplerConfig, policy_params=None):
+        """`(args, kwargs)` of `decode` for prompts of `input_shape`, as shapes and shardings
+        (`policy_params`: a module, its arrays real or `jax.ShapeDtypeStruct`s)."""
         if not isinstance(config, SamplerConfig):
             raise ConfigTypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
         ids = np.ones(input_shape, np.int32)  # placeholder prompts: only their shape is lowered
-        p = prepare(self.model_config, ids, None, config, self._row_multiple)
+        p = prepare(self.model_config, ids, None, config, self._row_multiple, policy_params)
+        params_def = params_state = None
+        if policy_params is not None:
+            params_def, params_state = nnx.split(policy_params)
+            params_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                       sharding=getattr(x, "sharding", None)),
+                                        params_state)
 
         def spec(host: np.ndarray):
             return jax.ShapeDtypeStruct(host.shape, host.dtype, sharding=self._row_sharding(host.ndim))
 
         key = jax.ShapeDtypeStruct((2,), np.uint32)  # a raw PRNGKey
         answer_start = None if p.answer_start is None else spec(p.answer_start)
-        args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, None, answer_start)
-        return args, dict(method=method_of(config), lay=p.lay, config=config, params_def=None,
+        args = (self._graphdef, self._params, spec(p.ids), spec(p.seg), spec(p.valid), key, params_state,
+                answer_start)
+        return args, dict(canvas=config.canvas, lay=p.lay, config=config, params_def=params_def,
                           rules=self._static_rules)
 
-    def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu"):
+    def export(self, input_shape: tuple[int, int], config: SamplerConfig, *, platform: str = "tpu",
+               policy_params=None):
         """Lower the compiled loop for `platform` ("tpu", "cuda" or "cpu") without running it, on
         any machine: the attention kernels are lowered as they would be there (Mosaic splash on
         TPU), for the mesh the parameters are placed on. The sampler may hold abstract parameters
@@ -289,20 +302,23 @@ class Sampler:
           input_shape: `(B, Lp)` of the prompts (B a multiple of the mesh's batch axes).
           config: the `SamplerConfig` to lower.
           platform: the target platform.
+          policy_params: the policy's own parameters or second model (see `__call__`), real or
+            abstract (`jaxdllm.lowering.abstract_model` of the second model's config).
 
         Returns:
           A `jax.export.Exported` (`.mlir_module()` is the StableHLO text).
         """
         from jaxdllm.attention.platform import exporter, lowering_for
 
-        args, kwargs = self._abstract_call(input_shape, config)
+        args, kwargs = self._abstract_call(input_shape, config, policy_params)
         with _decoding_mesh(self._mesh), lowering_for(platform):
             return exporter(decode_to_export(), platform)(*args, **kwargs)
 
-    def lower(self, input_shape: tuple[int, int], config: SamplerConfig):
+    def lower(self, input_shape: tuple[int, int], config: SamplerConfig, *, policy_params=None):
         """The loop lowered for this machine (`jax.stages.Lowered`): `.compile().memory_analysis()`
-        gives XLA's byte counts for prompts of `input_shape` (see `jaxdllm.memory_plan`)."""
-        args, kwargs = self._abstract_call(input_shape, config)
+        gives XLA's byte counts for prompts of `input_shape` (see `jaxdllm.memory_plan`);
+        `policy_params` as for `export`."""
+        args, kwargs = self._abstract_call(input_shape, config, policy_params)
         with _decoding_mesh(self._mesh):
             return decode_to_export().lower(*args, **kwargs)
 

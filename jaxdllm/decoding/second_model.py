@@ -120,21 +120,45 @@ def check_pair(model_dir: str | os.PathLike, other_dir: str | os.PathLike, role:
                               f"the {role} {b}: they must share one tokenizer")
 
 
+def read_companions(directory: Path) -> dict:
+    """The model's `companions.json` (`{policy name: folder or shipped name}`), {} where there is none;
+    a file that is not such a JSON object is a `ConfigError` naming it."""
+    listing = directory / COMPANIONS_FILE
+    if not listing.is_file():
+        return {}
+    try:
+        table = json.loads(listing.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{listing} is not valid JSON ({e}): it maps a policy to its second model's folder, "
+                          'e.g. {"spec_diffusion": "../drafter"}') from None
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise ConfigError(f"{listing} must be a JSON object from policy names to folders, e.g. "
+                          f'{{"spec_diffusion": "../drafter"}}; got {json.dumps(table)[:80]}')
+    return table
+
+
 def companion_dir(directory: Path, given: str, policy: str, role: str) -> Path:
     """The second model's folder: `given` (a folder or shipped name), else the one the model's
-    `companions.json` names for `policy`."""
-    from jaxdllm.shipped import checkpoint_dir
+    `companions.json` names for `policy` (a relative folder is read from the model's folder first)."""
+    from jaxdllm.shipped import checkpoint_dir, shipped_hint
+    listing = directory / COMPANIONS_FILE
+    source = f"{role}={given!r}"
     if not given:
-        listing = directory / COMPANIONS_FILE
-        named = json.loads(listing.read_text()).get(policy) if listing.is_file() else None
-        if not named:
-            raise ConfigError(f"policy {policy!r} needs a {role}: pass {role}=\"DIR\" (a checkpoint folder or shipped "
-                              f"name), or name one under {policy!r} in {listing}")
-        given = named
-    path = Path(given)
+        given = read_companions(directory).get(policy)
+        if not given:
+            raise ConfigError(f"policy {policy!r} needs a {role}: pass one (--set {role}=DIR on the command line, "
+                              f"{role}=\"DIR\" in Python; a checkpoint folder or shipped name), or name it in "
+                              f'{listing} as {{"{policy}": "DIR"}}')
+        source = f"{listing} ({policy!r}: {given!r})"
+    path = Path(given).expanduser()
     if not path.is_absolute() and (directory / given).is_dir():
         path = directory / given
-    return checkpoint_dir(path if path.is_dir() else given)
+    found = checkpoint_dir(path if path.is_dir() else given)
+    if not found.is_dir():
+        raise ConfigError(f"the {role} named by {source} is not a folder (looked at {path.resolve()}"
+                          f"{'' if path.is_absolute() else f' and {(directory / given).resolve()}'}) nor a shipped "
+                          f"checkpoint ({shipped_hint()})")
+    return found
 
 
 def load_companion(directory, given: str, policy: str, role: str, **load_options):

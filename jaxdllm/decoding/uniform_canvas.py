@@ -30,7 +30,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.attention import MaskSpec
-from jaxdllm.decoding.state import DecodeState, record_trajectory
+from jaxdllm.decoding.canvas import Canvas, Footprint
+from jaxdllm.decoding.policies.diffusiongemma import DiffusionGemma
+from jaxdllm.decoding.state import DecodeState
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.families import family_of
 
@@ -68,10 +70,11 @@ class UniformCarry:
     stopped: jax.Array
 
 
-class UniformCanvas:
+class UniformCanvas(Canvas):
     """The uniform-noise canvas (DiffusionGemma)."""
 
     name = "uniform_canvas"
+    policy_base = DiffusionGemma
 
     def check_config(self, config) -> None:
         if config.gen_length % config.block_length:
@@ -101,6 +104,20 @@ class UniformCanvas:
 
     def max_steps(self, config, lay=None) -> int:
         return config.num_blocks * config.policy.max_denoising_steps
+
+    def footprint(self, model_config, config, prompt_len: int) -> Footprint:
+        """The encoder's cache over the prompt and every canvas; the widest forward is the prompt's
+        prefill or a canvas; ten float32 `[C, V]` buffers per row: the denoiser's logits before and after
+        the softcap; their temperature-scaled copy, the probabilities and entropy terms of the entropy
+        bound, the proposal's Gumbel noise and its sum with the logits; the self-conditioning signal the
+        carry keeps, the copy a stopped row keeps, and its softmax read by the next step's input."""
+        total = prompt_len + config.gen_length
+        return Footprint(canvas=total, kv_slots=total, widest=max(prompt_len, config.block_length), attended=total,
+                         logits=config.block_length, logit_copies=10)
+
+    def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
+        """The checkpoint's own sampler (DiffusionGemma's published one) at `gen_length`."""
+        return {preset: (preset, {**defaults, "gen_length": gen_length})}
 
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """Encode `prompt [B, Lp]` into the cache and draw the first canvas; rows with `valid [B]`
@@ -151,7 +168,7 @@ class UniformCanvas:
         ended = jnp.all(stopped | state.done) | (state.block_step + 1 >= policy.max_denoising_steps)
         state = jax.lax.cond(ended, lambda s: self._finish_canvas(model, s, view, lay, config),
                              lambda s: s.replace(block_step=s.block_step + 1), state)
-        return record_trajectory(state, config.max_trajectory).replace(step=state.step + 1)
+        return state
 
     def _finish_canvas(self, model, state: DecodeState, view, lay, config) -> DecodeState:
         """Commit each row's argmax canvas, end the rows that reached a stop id, encode the canvas
@@ -190,5 +207,3 @@ class UniformCanvas:
         return state.replace(canvas=canvas, commit_step=commit_step, undecided=undecided, done=done, block=block,
                              block_step=jnp.int32(0), cache=carry)
 
-
-UNIFORM_CANVAS = UniformCanvas()

@@ -77,7 +77,6 @@ def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen
     (`{name: [values]}`; a single value counts as a list of one). A new length rescales the block
     length and steps.
     """
-    from jaxdllm.decoding.methods import DRAFT_CANVAS, UNIFORM_CANVAS
     from jaxdllm.pretrained import checkpoint_settings
 
     sets = dict(overrides or {})
@@ -87,15 +86,8 @@ def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen
         if sets or sweep:
             raise ConfigError("--set and --sweep need --preset (the sampler they change)")
         g = gen_length or defaults.get("gen_length", 16)
-        if SamplerConfig.preset(name).policy.method == UNIFORM_CANVAS.name:  # DiffusionGemma
-            return {name: SamplerConfig.preset(name, **{**defaults, "gen_length": g})}
-        if SamplerConfig.preset(name).policy.method == DRAFT_CANVAS.name:  # a causal model
-            n = min(defaults.get("block_length", 16), g)
-            return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
-                    "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=n),
-                    "jacobi-mr": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=n)}
-        return {"llada": SamplerConfig.preset("llada", gen_length=g, block_length=g, steps=g),
-                "threshold": SamplerConfig.preset("fast-dllm-parallel", gen_length=g, block_length=g)}
+        compared = SamplerConfig.preset(name).canvas.comparison_presets(name, g, defaults)
+        return {label: SamplerConfig.preset(preset, **settings) for label, (preset, settings) in compared.items()}
     if gen_length is not None:
         if "gen_length" in sets and sets["gen_length"] != gen_length:
             raise ConfigError("--gen-length and --set gen_length disagree: keep one")

@@ -30,7 +30,13 @@ MODELS = [
     ("e512-m1408-l2-gqa", dict(embed_dim=512, mlp_dim=1408, num_layers=2, num_heads=8, num_kv_heads=2, head_dim=64)),
     ("e128-m512-l8", dict(embed_dim=128, mlp_dim=512, num_layers=8, num_heads=2, num_kv_heads=2, head_dim=64)),
 ]
-SAMPLERS = [("llada", dict()), ("fast-dllm-dual", dict()), ("dparallel", dict())]
+# (preset, the model family's preset, {role: preset of the second model the loop runs}): every canvas,
+# SpecDiff's drafter and APD's verifier included. DiffusionGemma's layers take their own sizes (DG_SIZES).
+SAMPLERS = [("llada", "tiny-llada", {}), ("fast-dllm-dual", "tiny-llada", {}), ("dparallel", "tiny-llada", {}),
+            ("freedave", "tiny-llada", {}), ("apd", "tiny-llada", {"verifier": "tiny-qwen2"}),
+            ("jacobi", "tiny-qwen2", {}), ("specdiff", "tiny-qwen2", {"drafter": "tiny-llada"}),
+            ("diffusiongemma", "tiny-diffusiongemma", {})]
+DG_SIZES = dict(embed_dim=256, mlp_dim=1024, vocab_size=1024, block_size=256)  # the published 256-token canvas
 TRAINING = [("mdm_sft", {}), ("certainty_forcing", {}), ("mdm_sft+lora16", {"lora": {"rank": 16}})]
 
 
@@ -41,8 +47,10 @@ def xla_bytes(compiled) -> dict:
             "outputs": m.output_size_in_bytes, "donated": m.alias_size_in_bytes, "total": total}
 
 
-def model_config(overrides: dict) -> ModelConfig:
-    return ModelConfig.preset("tiny-llada", max_position=1024, **overrides)
+def model_config(overrides: dict, preset: str = "tiny-llada") -> ModelConfig:
+    if preset == "tiny-diffusiongemma":
+        return ModelConfig.preset(preset, max_position=1024, **DG_SIZES)
+    return ModelConfig.preset(preset, max_position=1024, **overrides)
 
 
 def run(quick: bool = False) -> dict:
@@ -50,11 +58,18 @@ def run(quick: bool = False) -> dict:
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     for label, overrides in MODELS[:1] if quick else MODELS:
         config = model_config(overrides)  # float32 (the default run options)
-        for preset, extra in SAMPLERS[:2] if quick else SAMPLERS:
-            sampler = SamplerConfig.preset(preset, gen_length=256, block_length=32, **extra)
-            xla = xla_bytes(Sampler(abstract_model(config)).lower((4, 128), sampler).compile())
-            plan = sampling_plan(config, sampler, batch=4, prompt_len=128, platform="cpu")
-            rows.append({"model": label, "program": f"sampling {preset}", "xla": xla, "plan": plan.to_dict(),
+        for preset, family, second in SAMPLERS[:2] if quick else SAMPLERS:
+            if family == "tiny-diffusiongemma" and label != MODELS[0][0]:
+                continue  # DiffusionGemma's own sizes: one row
+            decoded = model_config(overrides, family)
+            canvas_length = {"block_length": decoded.block_size} if family == "tiny-diffusiongemma" else {}
+            sampler = SamplerConfig.preset(preset, gen_length=256, **canvas_length)
+            companions = {role: model_config(overrides, name) for role, name in second.items()}
+            params = abstract_model(next(iter(companions.values()))) if companions else None
+            xla = xla_bytes(Sampler(abstract_model(decoded)).lower((4, 128), sampler, policy_params=params).compile())
+            plan = sampling_plan(decoded, sampler, batch=4, prompt_len=128, platform="cpu", companions=companions)
+            rows.append({"model": label if family != "tiny-diffusiongemma" else "diffusiongemma e256-m1024-v1024-c256",
+                         "program": f"sampling {preset} ({sampler.canvas.name})", "xla": xla, "plan": plan.to_dict(),
                          "ratio": plan.total / xla["total"]})
         for name, section in TRAINING[:1] if quick else TRAINING:
             recipe = TrainConfig.from_dict({"model": {"preset": "tiny-llada"}, "objective": {"kind": name.split("+")[0]},
@@ -64,7 +79,8 @@ def run(quick: bool = False) -> dict:
             rows.append({"model": label, "program": f"training {name}", "xla": xla, "plan": plan.to_dict(),
                          "ratio": plan.total / xla["total"]})
     return {"what": "memory plan total / XLA memory_analysis total (arguments + temporaries + outputs - donated), "
-                    "CPU, float32, batch 4 x (128 + 256) for sampling, 8 x 128 for training",
+                    "CPU, float32, batch 4 x (128 + 256) for sampling (the presets' block lengths rescaled to 256 "
+                    "tokens; second models counted), 8 x 128 for training",
             "rows": rows}
 
 

@@ -45,7 +45,6 @@ from flax import nnx
 import jaxdllm
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.decoding.loop import decode
-from jaxdllm.decoding.methods import method_of
 from jaxdllm.decoding.sampler import prepare
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.run_options import RunOptions
@@ -187,7 +186,7 @@ def compiled_loop(sampler: jaxdllm.Sampler, ids: np.ndarray, cfg: SamplerConfig)
     mc = sampler.model_config
     p = prepare(mc, ids, None, cfg)
     text = decode.lower(sampler._graphdef, sampler.params, p.ids, p.seg, p.valid, jax.random.PRNGKey(0), None,
-                        method=method_of(cfg), lay=p.lay, config=cfg).compile().as_text()
+                        canvas=cfg.canvas, lay=p.lay, config=cfg).compile().as_text()
     return text, (p.ids.shape[0], p.lay.total, mc.num_kv_heads, mc.head_dim)
 
 

@@ -13,7 +13,6 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import SamplerConfig
 from jaxdllm.decoding import Cache, Commit, Policy, loop, register_cache, register_policy, sampler
-from jaxdllm.decoding.methods import method_of
 from support.forward import forward
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
@@ -86,7 +85,7 @@ def test_a_policy_and_a_cache_defined_outside_plug_into_the_loop(model, by):
     prep = sampler.prepare(model.config, ids, mask, config)
     graphdef, params = nnx.split(model)
     state = loop.decode(graphdef, params, prep.ids, prep.seg, prep.valid, jax.random.PRNGKey(0),
-                        method=method_of(config), lay=prep.lay, config=config)
+                        canvas=config.canvas, lay=prep.lay, config=config)
     assert int(state.cache) == int(state.step) == 8
 
 

@@ -152,7 +152,8 @@ def test_stop_at_eos_stops_where_the_reference_stops(llada):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(cache="dual"), r"cache='dual' is approximate: use cache='none' .* or cache='block'"),
+    (dict(cache="dual"),
+     r"cache='dual' is approximate: use an exact cache: cache='none' .*cache='block' \(block_causal models\)"),
     (dict(cache="prefix"), r"cache='prefix' is approximate"),
     (dict(cfg_scale=1.5), "use cfg_scale=0"),
     (dict(temperature=0.7), "use temperature=0"),

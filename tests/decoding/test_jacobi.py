@@ -116,7 +116,6 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
     from flax import nnx
 
     from jaxdllm.decoding import loop, sampler
-    from jaxdllm.decoding.methods import method_of
 
     _, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
@@ -126,7 +125,7 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
     for c in (config, SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)):
         prep = sampler.prepare(model.config, ids, mask, c)
         text = str(jax.make_jaxpr(lambda p: loop.decode(graphdef, p, prep.ids, prep.seg, prep.valid,
-                                                        jax.random.PRNGKey(0), method=method_of(c), lay=prep.lay,
+                                                        jax.random.PRNGKey(0), canvas=c.canvas, lay=prep.lay,
                                                         config=c))(params))
         assert text.count("while[") == 1 and "callback" not in text
     llada = jaxdllm.Transformer(jaxdllm.ModelConfig.preset("tiny-llada"), rngs=nnx.Rngs(0))

@@ -125,10 +125,9 @@ def test_one_compiled_loop_and_no_recompile_in_the_same_bucket(model, compiles):
     assert not compiles, compiles
     # the whole generation is one jitted computation holding a single while loop, no host callbacks
     from jaxdllm.decoding import loop, sampler
-    from jaxdllm.decoding.methods import method_of
     prep = sampler.prepare(model.config, ids_b, mask_b, config)
     jaxpr = jax.make_jaxpr(lambda p, i, m, v: loop.decode(
-        graphdef, p, i, m, v, jax.random.PRNGKey(0), method=method_of(config), lay=prep.lay, config=config))(
+        graphdef, p, i, m, v, jax.random.PRNGKey(0), canvas=config.canvas, lay=prep.lay, config=config))(
         params, prep.ids, prep.seg, prep.valid)
     prims = [str(e.primitive) for e in jaxpr.jaxpr.eqns]
     inner = [p for p in prims if p == "pjit" or p == "jit"]
@@ -281,7 +280,18 @@ def test_learn2pd_end_of_text_prediction():
 
 
 def test_learn2pd_needs_a_filter(model):
-    with pytest.raises(ConfigError, match="needs policy_params"):
+    with pytest.raises(ConfigError, match=r"policy 'learn2pd' reads its trained filter \(learn2pd_filter.safetensors "
+                                          r"beside the model\): load it with params = "
+                                          r"jaxdllm.policy_params\(model_dir, config\)"):
         jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(policy="learn2pd"))
-    with pytest.raises(ConfigError, match="needs policy_params"):
+    with pytest.raises(ConfigError, match="policy 'llada' has no parameters of its own: drop policy_params"):
         jaxdllm.generate(model, np.zeros((1, 4), np.int32), cfg(), policy_params=_ConstantFilter(1.0))
+
+
+def test_medusa_from_python_says_how_to_load_its_heads():
+    """`generate(..., SamplerConfig.preset("medusa"))` without the heads names the call that reads them."""
+    causal = tiny_model("tiny-qwen2", shared=True)
+    with pytest.raises(ConfigError, match=r"policy 'medusa' reads its draft heads .*: load it with params = "
+                                          r"jaxdllm.policy_params\(model_dir, config\) and pass "
+                                          r"generate\(\.\.\., policy_params=params\)"):
+        jaxdllm.generate(causal, np.ones((1, 4), np.int32), SamplerConfig.preset("medusa", gen_length=8))

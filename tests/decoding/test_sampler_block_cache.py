@@ -16,7 +16,6 @@ from flax import nnx
 import jaxdllm
 from jaxdllm import ConfigError, MaskSpec, ModelConfig, SamplerConfig
 from jaxdllm.decoding import loop, sampler
-from jaxdllm.decoding.methods import method_of
 from support.forward import forward
 from support.models import tiny_model
 from support.sampler_fixtures import prompts
@@ -69,7 +68,7 @@ def test_cached_kv_of_finished_blocks_equal_the_models_forward(model):
     ids, seg_prompt, lay = prep.ids, prep.seg, prep.lay
     graphdef, params = nnx.split(model)
     state = loop.decode(graphdef, params, ids, seg_prompt, prep.valid, jax.random.PRNGKey(0),
-                        method=method_of(config), lay=lay, config=config)
+                        canvas=config.canvas, lay=lay, config=config)
     Lp, T, G = lay.prompt_len, lay.total, config.gen_length
     seg = np.concatenate([seg_prompt, np.ones((len(ids), G), np.int32)], 1)  # every row has a prompt tail here
     assert lay.lead and (prep.answer_start > lay.decode_start).all()

@@ -101,7 +101,7 @@ def test_a_checkpoint_without_a_preset_gets_its_card_table():
     rule; a causal one (its default decodes the draft canvas) with AR, Jacobi and Jacobi Forcing."""
     diffusion = checkpoint_samplers(DEFAULT_MODEL)
     assert list(diffusion) == ["llada", "threshold"]
-    assert all(c.policy.method == "masked_canvas" for c in diffusion.values())
+    assert all(c.policy.canvas == "masked_canvas" for c in diffusion.values())
     causal = checkpoint_samplers(DEFAULT_MODEL.parent / "tasks-qwen2-small", gen_length=8)
     assert list(causal) == ["ar", "jacobi", "jacobi-mr"]
     assert [c.block_length for c in causal.values()][0] == 1 and all(c.gen_length == 8 for c in causal.values())

@@ -23,6 +23,11 @@ def caches() -> list[str]:
     return own(CACHES)
 
 
+def canvases() -> list[str]:
+    from jaxdllm.decoding.canvases import CANVASES
+    return own(CANVASES)
+
+
 def objectives() -> list[str]:
     from jaxdllm.train.objectives import OBJECTIVES
     return own(OBJECTIVES)

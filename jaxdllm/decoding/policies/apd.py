@@ -42,8 +42,9 @@ class Apd(Policy):
     draft_window: int = 16
     verifier: str = ""
     name = "apd"
-    method = "apd_canvas"
+    canvas = "apd_canvas"
     needs_params = True
+    params_kind = "its verifier, a small causal model with the same tokenizer (companions.json names it)"
 
     def check(self, config):
         if not 0.0 <= self.mix <= 1.0:

@@ -11,9 +11,10 @@ must be a subset of `candidates` holding at least one position per row that has 
 every step makes progress (a policy that `holding` reports on may also re-decide the block's decided
 positions: LLaDA2.1's token editing). What a policy may ask for (class attributes):
 
-* `method`: which canvas it decodes (`"masked_canvas"`: MASK until committed; `"draft_canvas"`:
-  draft tokens verified against greedy decoding, the `DraftVerifyPolicy` interface of
-  `draft_verify.py`, whose policies define `propose` / `accept` / `update` instead of `commit`).
+* `canvas`: the name of the canvas it decodes on (`jaxdllm.decoding.canvases`: `"masked_canvas"`,
+  MASK until committed; `"draft_canvas"`, draft tokens verified by a causal model, whose policies
+  derive from `draft_verify.DraftVerifyPolicy` and define `propose` / `accept` / `update` instead of
+  `commit`; ...). The policy derives from that canvas's `policy_base`.
 * `scheduled`: it commits a fixed number per step, so `steps` sets the steps per block.
 * `answer_logits`: it also reads the whole answer's logits each step (`ctx.answer_logits`).
 * `needs_params`: it has parameters of its own (e.g. Learn2PD's filter), passed as
@@ -97,10 +98,11 @@ class Policy(Settings):
 
     name: ClassVar[str] = ""
     role: ClassVar[str] = "policy"
-    method: ClassVar[str] = "masked_canvas"
+    canvas: ClassVar[str] = "masked_canvas"
     scheduled: ClassVar[bool] = False
     answer_logits: ClassVar[bool] = False
     needs_params: ClassVar[bool] = False
+    params_kind: ClassVar[str] = ""  # what its parameters are, for errors ("its trained filter", "its drafter")
 
     def check(self, config) -> None:
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""
@@ -119,6 +121,11 @@ class Policy(Settings):
         """This policy's parameters for `config`, read from a checkpoint `directory` (policies with
         `needs_params` override it; e.g. Learn2PD reads its filter file there)."""
         raise ConfigError(f"policy {self.name!r} has no parameters of its own to load")
+
+    def companion_footprints(self, prompt_len: int, config) -> tuple:
+        """`CompanionFootprint`s (`jaxdllm.decoding.canvas`) of the second models this policy runs in
+        the loop (e.g. SpecDiff's drafter), for prompts of `prompt_len` tokens; () for none."""
+        return ()
 
     def init_state(self, batch: int, block_length: int, vocab_size: int):
         """The policy's carry at the start of a generation (a pytree of arrays)."""

@@ -42,7 +42,7 @@ class DiffusionGemma(Policy):
     """
 
     name: ClassVar[str] = "diffusiongemma"
-    method: ClassVar[str] = "uniform_canvas"
+    canvas: ClassVar[str] = "uniform_canvas"
 
     entropy_bound: float = 0.1
     max_denoising_steps: int = 48

@@ -183,7 +183,7 @@ class DraftVerifyPolicy(Policy):
     """Base class of the draft-and-verify policies (see the module docstring). Greedy: the
     output equals greedy autoregressive decoding token for token."""
 
-    method: ClassVar[str] = "draft_canvas"
+    canvas: ClassVar[str] = "draft_canvas"
 
     def check(self, config) -> None:
         if config.temperature != 0:
@@ -230,7 +230,7 @@ class DraftVerifyPolicy(Policy):
                tokens: jax.Array, active: jax.Array, seen: Seen | None = None):
         """The carry after a step: `lookahead_predictions [B, E]` (the argmax after each lookahead
         token), the accepted branch's predictions `tokens [B, W]`, rows that decoded `active [B]`,
-        and what the forward computed (`seen`; passed to an `update` that names the argument)."""
+        and what the forward computed (`seen`)."""
         return state
 
     def seed(self, state, hidden: jax.Array | None, params, unembed, temperature: float = 0.0):

@@ -79,7 +79,7 @@ class FreeDave(ConfidencePolicy):
     threshold: float = 0.9
     draft_layout: str = "batch"
     name = "freedave"
-    method = "freedave_canvas"
+    canvas = "freedave_canvas"
 
     def check(self, config) -> None:
         """`ConfigError` for bad settings and what FreeDave cannot reproduce (sampling, CFG, an
@@ -99,10 +99,8 @@ class FreeDave(ConfidencePolicy):
         if config.cfg_scale > 0:
             raise ConfigError("policy 'freedave' verifies drafts without classifier-free guidance: use cfg_scale=0 "
                               "(for CFG, policy='llada' with cache='none')")
-        if config.cache.name in ("prefix", "dual"):
-            raise ConfigError(f"policy 'freedave' is exact and cache={config.cache.name!r} is approximate: use "
-                              "cache='none' (bidirectional models) or cache='block' (block-causal models)")
-        if self.draft_layout == "tree" and config.cache.name != "block":
+        # an approximate cache is refused by the FreeDave canvas (`freedave_canvas.py`)
+        if self.draft_layout == "tree" and not (config.cache.exact and config.cache.keeps_kv):
             raise ConfigError("draft_layout='tree' shares the cached prefix of a block-causal model (cache='block'); "
                               "without a cache every K/V depends on the whole canvas and nothing is shared: use "
                               "draft_layout='batch'")

@@ -70,6 +70,7 @@ class Learn2PD(ConfidencePolicy):
     name = "learn2pd"
     scheduled = True
     needs_params = True
+    params_kind = "its trained filter (learn2pd_filter.safetensors beside the model)"
 
     def check(self, config):
         in_unit_interval(self.filter_threshold, "filter_threshold", self.name)

@@ -95,6 +95,7 @@ class Medusa(TreeDraftPolicy):
     posterior_alpha: float = 0.3
     name = "medusa"
     needs_params = True
+    params_kind = "its draft heads (medusa_heads.safetensors beside the model)"
     reads_hidden = True
 
     def check(self, config):
@@ -132,7 +133,7 @@ class Medusa(TreeDraftPolicy):
         return (jnp.broadcast_to(prompt[:, -1:], (b, gen_length)),
                 jnp.zeros((b, self.num_heads, self.top_k), jnp.int32))
 
-    def seed(self, state, hidden, params, unembed):
+    def seed(self, state, hidden, params, unembed, temperature=0.0):
         if not isinstance(params, MedusaHeads) or params.num_heads < self.num_heads:
             have = f"{params.num_heads} heads" if isinstance(params, MedusaHeads) else repr(type(params).__name__)
             raise ConfigError(f"policy {self.name!r} needs MedusaHeads with at least {self.num_heads} heads as "

@@ -98,6 +98,7 @@ class SpecDiffusion(TreeDraftPolicy):
     drafter: str = ""
     name = "spec_diffusion"
     needs_params = True
+    params_kind = "its drafter, a masked-diffusion model with the same tokenizer (companions.json names it)"
 
     def check(self, config):
         for field in ("gamma", "tokens_per_step", "beams", "lattice_top"):
@@ -118,6 +119,14 @@ class SpecDiffusion(TreeDraftPolicy):
     def tree_parents(self):
         g = self.gamma
         return tuple(-1 if j == 0 else c * g + j - 1 for c in range(self.beams) for j in range(g))
+
+    def companion_footprints(self, prompt_len: int, config) -> tuple:
+        """The drafter: its cache of the prompt, the answer and a draft past it; its widest forward is
+        the prefill window (the prompt and the answer as MASK), whose logits it keeps."""
+        from jaxdllm.decoding.canvas import CompanionFootprint
+        window = prompt_len + config.gen_length
+        slots = window + self.layout(0).accept_width + config.gen_length
+        return (CompanionFootprint("drafter", kv_slots=slots, widest=window, logits=window),)
 
     def load_params(self, directory, config, **load_options):
         """The drafter (`drafter`, or the one `directory/companions.json` names), after checking that

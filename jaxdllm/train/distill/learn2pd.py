@@ -30,7 +30,7 @@ from flax import nnx
 
 from jaxdllm.attention import MaskSpec
 from jaxdllm.data.jsonl import iter_jsonl_lines
-from jaxdllm.decoding.methods import MASKED_CANVAS
+from jaxdllm.decoding.canvases import canvas_of
 from jaxdllm.decoding.policies import policy_class
 from jaxdllm.decoding.policies.learn2pd import FILTER_FILE, Learn2PDFilter, save_filter
 from jaxdllm.errors import ConfigError, DataError
@@ -307,7 +307,7 @@ def distill_learn2pd(config, recipe: str, out: str | Path | None = None, log=pri
         raise DataError(f"no trajectories at {path}: record them first with `jaxdllm distill trajectories "
                         f"{recipe}`")
     settings = trajectory_settings(path)
-    if policy_class(settings["policy"]["name"]).method != MASKED_CANVAS.name:
+    if not canvas_of(policy_class(settings["policy"]["name"])).unmasks:
         raise ConfigError(f"{path} holds draft-and-verify trajectories; Learn2PD's oracle traces are a diffusion "
                           "model's decoding ([distill] preset = \"llada\")")
     target = Path(out or section.out or teacher)

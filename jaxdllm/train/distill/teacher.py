@@ -225,8 +225,7 @@ def generate_answers(model, tokenizer: Tokenizer, examples: Sequence[Example], c
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if trajectories:  # a slot for every forward the loop may take
-        from jaxdllm.decoding.methods import method_of
-        config = config.replace(max_trajectory=method_of(config).max_steps(config))
+        config = config.replace(max_trajectory=config.canvas.max_steps(config))
     meta = {"prompts": len(examples), "batch_size": batch_size, "seed": seed, "chat_template": chat_template,
             "sampler": _sampler_settings(config), **(meta or {})}
     meta = json.loads(json.dumps(meta))  # what the file holds (tuples as lists)
