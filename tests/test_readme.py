@@ -114,6 +114,49 @@ def test_readme_python_blocks_run(tmp_path):
     assert "['9853562951413'] [2]" in out and "\n[14]\n" in out
     assert "\n[6]\n" in out and "['4821399501'] [3]" in out  # Jacobi, then Lookahead with the prompt pool
     assert "['13579'] [1]" in out  # Learn2PD with the shipped filter
+    wrong = printed_comments_that_differ(python_blocks(README.read_text()), out)
+    assert not wrong, f"README comments that are not what their print line prints (block, comment, printed): {wrong}"
+
+
+PRINT_COMMENT = re.compile(r"^print\(.*\)\s+# (?P<comment>.+)$")
+
+
+def printed_comments_that_differ(blocks, out: str) -> list[tuple[int, str, list[str]]]:
+    """For each `print(...)  # shown` line of a block that runs as written: `shown` (up to a `: `
+    that starts an explanation) must be a line its block printed. Returns the ones that are not,
+    with what the block printed."""
+    sections = re.split(r"^--- README block (\d+)\n", out, flags=re.M)
+    printed = {int(i): text.splitlines() for i, text in zip(sections[1::2], sections[2::2])}
+    wrong = []
+    for i, (real, code) in enumerate(blocks):
+        if real:  # a tiny random model stands in for the real one: its prints differ
+            continue
+        for line in code.splitlines():
+            m = PRINT_COMMENT.match(line.strip())
+            if m:
+                shown = re.split(r":\s", m["comment"], maxsplit=1)[0].strip()
+                if shown not in printed.get(i, []):
+                    wrong.append((i, shown, printed.get(i, [])))
+    return wrong
+
+
+def test_printed_comments_that_differ_reads_each_blocks_output():
+    blocks = [(False, "x = 1\nprint(x, [2])   # 1 [2]: a note\n"), (True, "print(3)  # 4\n"),
+              (False, "print([1 1])  # [1 1]\n")]
+    out = "--- README block 0\n1 [2]\n--- README block 1\n3\n--- README block 2\n[2 1]\n"
+    assert printed_comments_that_differ(blocks, out) == [(2, "[1 1]", ["[2 1]"])]
+
+
+def test_the_first_install_is_the_package_alone_and_the_tests_install_is_cis():
+    """A newcomer's two steps: `pip install -e .` then `jaxdllm generate` (no test extras), and under
+    Run the tests the extras install that CI runs (`.ci/run`) before the test command."""
+    text = README.read_text()
+    first = re.search(r"```bash\n(.*?)```", text, re.S)[1]
+    assert re.search(r"^pip install -e \.\s", first, re.M) and "\njaxdllm generate " in first, first
+    block = re.search(r"```bash\n(.*?)```", text.split("## Run the tests", 1)[1], re.S)[1]
+    extras = re.search(r'^pip install -e "\.\[([^\]]*)\]"', block, re.M)[1]
+    assert {"test", "eval", "notebooks"} <= set(extras.split(",")) and "python -m pytest" in block
+    assert f'pip install -q -e ".[{extras}]"' in (README.parent / ".ci" / "run").read_text()
 
 
 def test_the_architecture_map_names_every_module_and_package():
