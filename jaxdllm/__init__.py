@@ -6,7 +6,7 @@ from jaxdllm.compilation_cache import enable_compilation_cache
 from jaxdllm.decoding import GenerateResult, Sampler, SamplerConfig, generate, generate_stepwise
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import ForwardOutput, KVCache, ModelConfig, RunOptions, Transformer, align_logits
-from jaxdllm.pretrained import Pretrained, load, policy_params, sampler_defaults
+from jaxdllm.pretrained import Pretrained, companions, load, policy_params, sampler_defaults
 from jaxdllm.shipped import checkpoint_dir, recipe_path
 from jaxdllm.tokenizer import TokenBatch, Tokenizer
 
@@ -15,5 +15,5 @@ __version__ = "0.1.0"
 __all__ = ["CheckpointError", "ConfigError", "ForwardOutput", "GenerateResult", "KVCache", "MaskSpec", "ModelConfig",
            "Pretrained", "RunOptions", "Sampler", "SamplerConfig", "TokenBatch", "Tokenizer", "Transformer", "align_logits",
            "attend",
-           "checkpoint_dir", "enable_compilation_cache", "from_pretrained", "generate", "generate_stepwise", "load",
+           "checkpoint_dir", "companions", "enable_compilation_cache", "from_pretrained", "generate", "generate_stepwise", "load",
            "load_state", "policy_params", "recipe_path", "sampler_defaults", "save_pretrained", "save_state"]

@@ -136,6 +136,14 @@ def policy_params(path: str | os.PathLike, config: SamplerConfig, **load_options
     return config.policy.load_params(directory, config)
 
 
+def companions(path: str | os.PathLike, config: SamplerConfig, **load_options) -> dict:
+    """`{role: model}`: the second model `config`'s policy runs (`Policy.companion`: SpecDiff's
+    `drafter`, APD's `verifier`), loaded as `policy_params` loads it; {} for a policy without one.
+    Pass it as `generate(..., companions=...)`."""
+    role = config.policy.companion
+    return {role: policy_params(path, config, **load_options)} if role else {}
+
+
 def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
     """What the checkpoint's card measured for `config`'s cache, when it flags that cache
     (`cache_notes` in `jaxdllm_sampler.json`; e.g. approximate caches that lose accuracy on a

@@ -48,7 +48,6 @@ class ApdCanvas(Canvas):
 
     name = "apd_canvas"
     policy_base = Apd
-    companion_roles = ("verifier",)
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:

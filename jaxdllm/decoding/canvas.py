@@ -71,7 +71,6 @@ class Canvas(abc.ABC):
       name: the canvas's one name (its module is `<name>.py`, its class the CamelCase of it).
       policy_base: the class a policy of this canvas derives from (what the loop calls on it).
       block_layout: block-causal models decode in the published block layout (`layout.py`).
-      companion_roles: roles of the second models this canvas itself runs (e.g. APD's "verifier").
       unmasks: the answer starts as MASK and each step unmasks positions, so a recorded trajectory is
         a sequence of partly masked canvases (what Learn2PD's oracle replays).
     """
@@ -79,7 +78,6 @@ class Canvas(abc.ABC):
     name: ClassVar[str] = ""
     policy_base: ClassVar[type] = object
     block_layout: ClassVar[bool] = False
-    companion_roles: ClassVar[tuple[str, ...]] = ()
     unmasks: ClassVar[bool] = False
 
     def __eq__(self, other):

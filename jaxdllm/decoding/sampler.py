@@ -89,6 +89,25 @@ def check(model_config, config: SamplerConfig, prompt_len: int, policy_params=No
                           f"{', '.join(map(repr, readers))} take them)")
 
 
+def second_model(config: SamplerConfig, policy_params=None, companions: dict | None = None):
+    """The module the loop carries for `config.policy`: `policy_params` (a filter, heads, or a second
+    model), or the second model named by its role in `companions` (`{"drafter": model}` for
+    `spec_diffusion`, `{"verifier": model}` for `apd`: `Policy.companion`). Errors name the role."""
+    if not companions:
+        return policy_params
+    policy, role = config.policy, config.policy.companion
+    if not role:
+        raise ConfigError(f"policy {policy.name!r} runs no second model: drop companions= "
+                          f"(got {', '.join(map(repr, companions))})")
+    if set(companions) != {role}:
+        raise ConfigError(f"policy {policy.name!r} runs a {role}: pass companions={{{role!r}: model}}, got "
+                          f"{', '.join(map(repr, companions))}")
+    if policy_params is not None:
+        raise ConfigError(f"the {role} of policy {policy.name!r} was given twice: pass companions= or "
+                          "policy_params=, not both")
+    return companions[role]
+
+
 def check_inputs(model_config, input_ids, attention_mask) -> None:
     """Errors in the arrays a user passes (`input_ids [B, Lp]`, `attention_mask [B, Lp]` or None),
     each naming the row: float or bool ids, ids outside the vocabulary, a mask row with no token,
@@ -330,7 +349,7 @@ class Sampler:
                 f"{p.lay.total - p.lay.prompt_len}), weights {weights / 2**30:.2f} GiB on {devices} device(s)")
 
     def __call__(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                 policy_params: nnx.Module | None = None) -> GenerateResult:
+                 policy_params: nnx.Module | None = None, companions: dict | None = None) -> GenerateResult:
         """Decode `gen_length` tokens after each prompt in one compiled call.
 
         Args:
@@ -343,17 +362,22 @@ class Sampler:
             an NNX module: for `learn2pd`, its filter (`Learn2PDFilter`: `[B, block_length]`
             top-1 probabilities to accept logits of the same shape). The policy reads it as
             `StepContext.policy_params`; the loop only carries it.
+          companions: a second model the policy runs, by its role (`Policy.companion`):
+            `{"drafter": model}` for `spec_diffusion`, `{"verifier": model}` for `apd`
+            (`jaxdllm.companions(model_dir, config)` loads it beside a checkpoint).
 
         Returns:
           `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
           prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
         """
-        return self._run(decode, input_ids, config, attention_mask, key, policy_params)
+        return self._run(decode, input_ids, config, attention_mask, key,
+                         second_model(config, policy_params, companions))
 
     def stepwise(self, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                 policy_params: nnx.Module | None = None) -> GenerateResult:
+                 policy_params: nnx.Module | None = None, companions: dict | None = None) -> GenerateResult:
         """The same decoding as `__call__`, driven by a Python loop of jitted steps (for benchmarks)."""
-        return self._run(decode_stepwise, input_ids, config, attention_mask, key, policy_params)
+        return self._run(decode_stepwise, input_ids, config, attention_mask, key,
+                         second_model(config, policy_params, companions))
 
 
 def _host(x) -> np.ndarray:
@@ -404,7 +428,7 @@ def _result(state, p: Prepared, config: SamplerConfig) -> GenerateResult:
 
 
 def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-             policy_params: nnx.Module | None = None) -> GenerateResult:
+             policy_params: nnx.Module | None = None, companions: dict | None = None) -> GenerateResult:
     """`Sampler(model)(input_ids, config, ...)`: decode `gen_length` tokens after each prompt in one
     compiled call (see `Sampler.__call__`). Holding a `Sampler` avoids splitting the model per call.
 
@@ -414,16 +438,20 @@ def generate(model, input_ids, config: SamplerConfig, attention_mask=None, *, ke
       input_ids: `[B, Lp]` prompts, left-padded where lengths differ, or the tokenizer's `TokenBatch`.
       config: a `SamplerConfig`.
       attention_mask: `[B, Lp]` 1 for prompt tokens, 0 for left padding.
+      policy_params, companions: a policy's own parameters, or its second model by role (see
+        `Sampler.__call__`).
 
     Returns:
       `GenerateResult(tokens [B, Lp+G], nfe [B], commit_step [B, Lp+G], trajectory, steps, initial,
       prompt_len)`; `.generated` is `tokens[:, prompt_len:]`, `[B, G]`.
     """
-    return Sampler(model)(input_ids, config, attention_mask, key=key, policy_params=policy_params)
+    return Sampler(model)(input_ids, config, attention_mask, key=key, policy_params=policy_params,
+                          companions=companions)
 
 
 def generate_stepwise(model, input_ids, config: SamplerConfig, attention_mask=None, *, key: jax.Array | None = None,
-                      policy_params: nnx.Module | None = None) -> GenerateResult:
+                      policy_params: nnx.Module | None = None, companions: dict | None = None) -> GenerateResult:
     """The same decoding as `generate`, driven by a Python loop that calls a jitted step and reads
     `done` back each iteration (one dispatch and one host sync per step). For benchmarks."""
-    return Sampler(model).stepwise(input_ids, config, attention_mask, key=key, policy_params=policy_params)
+    return Sampler(model).stepwise(input_ids, config, attention_mask, key=key, policy_params=policy_params,
+                                   companions=companions)

@@ -130,3 +130,22 @@ def test_each_short_spelling_has_one_owner(monkeypatch):
     with pytest.raises(ConfigError, match="sampler setting 'refresh_every_step' belongs to cache 'prefix' and to "
                                           "policy 'refreshing'|belongs to policy 'refreshing' and to cache"):
         SamplerConfig(policy="llada", gen_length=8, block_length=8, steps=8)
+
+
+def test_a_second_model_is_passed_by_its_role():
+    """`companions={role: model}` names the policy's second model; a wrong role, a policy without one, or
+    the model given twice is one error naming the role."""
+    from jaxdllm.decoding.sampler import second_model
+
+    apd, llada = SamplerConfig.preset("apd", gen_length=16), SamplerConfig.preset("llada", gen_length=16)
+    verifier = object()
+    assert second_model(apd, None, {"verifier": verifier}) is verifier
+    assert second_model(apd, verifier, None) is verifier
+    with pytest.raises(ConfigError, match=r"policy 'apd' runs a verifier: pass companions=\{'verifier': model\}, "
+                                          r"got 'drafter'"):
+        second_model(apd, None, {"drafter": verifier})
+    with pytest.raises(ConfigError, match="policy 'llada' runs no second model: drop companions="):
+        second_model(llada, None, {"verifier": verifier})
+    with pytest.raises(ConfigError, match="given twice"):
+        second_model(apd, verifier, {"verifier": verifier})
+    assert SamplerConfig.preset("specdiff").policy.companion == "drafter"

@@ -45,6 +45,7 @@ class Apd(Policy):
     canvas = "apd_canvas"
     needs_params = True
     params_kind = "its verifier, a small causal model with the same tokenizer (companions.json names it)"
+    companion = "verifier"
 
     def check(self, config):
         if not 0.0 <= self.mix <= 1.0:

@@ -103,6 +103,7 @@ class Policy(Settings):
     answer_logits: ClassVar[bool] = False
     needs_params: ClassVar[bool] = False
     params_kind: ClassVar[str] = ""  # what its parameters are, for errors ("its trained filter", "its drafter")
+    companion: ClassVar[str] = ""  # the role of the second model it runs ("drafter", "verifier"), if any
 
     def check(self, config) -> None:
         """Raise `ConfigError` if this policy cannot run with `config` (called at construction)."""

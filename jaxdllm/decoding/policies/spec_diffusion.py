@@ -99,6 +99,7 @@ class SpecDiffusion(TreeDraftPolicy):
     name = "spec_diffusion"
     needs_params = True
     params_kind = "its drafter, a masked-diffusion model with the same tokenizer (companions.json names it)"
+    companion = "drafter"
 
     def check(self, config):
         for field in ("gamma", "tokens_per_step", "beams", "lattice_top"):
