@@ -187,3 +187,77 @@ def grouped_matmul(rows: jax.Array, weights: jax.Array, group_sizes: jax.Array, 
     """
     layout = tile_layout(group_sizes, rows.shape[0], tile)
     return from_tiles(tiled_matmul(to_tiles(rows, layout), weights, layout, interpret), layout)
+
+
+# ----------------------------------------------------------------------------- the tiles in a loop (CPU)
+
+def loop_tile(rows: int, groups: int) -> int:
+    """Rows per tile of `tile_loop` (XLA's CPU backend): the power of two at or above twice the mean
+    group size, between 8 and 128. Each tile copies its group's weights out of the stacked kernels
+    (XLA's CPU dot takes no dynamic slice of an operand in place) and reads them once: a copy costs
+    about as much as multiplying a dozen rows, so a group spread over more tiles costs more than
+    the padding rows of larger tiles do."""
+    mean = max(1, -(-rows // max(groups, 1)))
+    return int(min(128, max(8, 1 << (2 * mean - 1).bit_length())))
+
+
+def _loop_fwd_impl(fn, padded, weights, layout):
+    tile = layout.tile
+    first = [jax.ShapeDtypeStruct(w.shape[1:], w.dtype) for w in weights]
+    spec = jax.eval_shape(fn, jax.ShapeDtypeStruct((tile,) + padded.shape[1:], padded.dtype), *first)
+    out = jnp.zeros((layout.padded_rows,) + spec.shape[1:], spec.dtype)
+
+    def body(t, out):
+        g = layout.tile_group[t]
+        rows = lax.dynamic_slice_in_dim(padded, t * tile, tile)
+        result = fn(rows, *(lax.dynamic_index_in_dim(w, g, keepdims=False) for w in weights))
+        return lax.dynamic_update_slice_in_dim(out, result, t * tile, 0)
+
+    return lax.fori_loop(0, layout.real_tiles[0], body, out)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def tile_loop(fn, padded: jax.Array, weights: tuple, layout: TileLayout) -> jax.Array:
+    """`fn` on each real row tile with its group's weights: tile `t` of the output is
+    `fn(padded[tile t], *(w[tile_group[t]] for w in weights))`, one tile after another in a
+    `while_loop` over the `real_tiles` tiles (what runs is each group's rows padded to whole tiles,
+    not every group over every row); tiles past the real ones are zeros.
+
+    Args:
+      fn: `(rows [tile, K], *one group's weights) -> [tile, N]`, a pure function of its arguments
+        (its gradient is `jax.vjp`'s, tile by tile).
+      padded: `[padded_rows, K]` in `layout` (`to_tiles`); weights: a tuple of `[G, ...]` arrays.
+
+    Gradients (`jax.custom_vjp`): the backward pass runs the same loop with `jax.vjp(fn)` per tile
+    (recomputing the tile's forward), adding each tile's weight gradient into its group's (float32).
+    """
+    return _loop_fwd_impl(fn, padded, weights, layout)
+
+
+def _loop_fwd(fn, padded, weights, layout):
+    return _loop_fwd_impl(fn, padded, weights, layout), (padded, weights, layout)
+
+
+def _loop_bwd(fn, residuals, grad):
+    padded, weights, layout = residuals
+    tile = layout.tile
+
+    def body(t, carry):
+        d_padded, d_weights = carry
+        g = layout.tile_group[t]
+        rows = lax.dynamic_slice_in_dim(padded, t * tile, tile)
+        _, vjp = jax.vjp(fn, rows, *(lax.dynamic_index_in_dim(w, g, keepdims=False) for w in weights))
+        d_rows, *d_group = vjp(lax.dynamic_slice_in_dim(grad, t * tile, tile))
+        d_padded = lax.dynamic_update_slice_in_dim(d_padded, d_rows.astype(d_padded.dtype), t * tile, 0)
+        d_weights = tuple(lax.dynamic_update_index_in_dim(
+            dw, lax.dynamic_index_in_dim(dw, g, keepdims=False) + d.astype(jnp.float32), g, 0)
+            for dw, d in zip(d_weights, d_group))
+        return d_padded, d_weights
+
+    zeros = (jnp.zeros_like(padded), tuple(jnp.zeros(w.shape, jnp.float32) for w in weights))
+    d_padded, d_weights = lax.fori_loop(0, layout.real_tiles[0], body, zeros)
+    layout_zero = jax.tree.map(lambda x: jnp.zeros(x.shape, jax.dtypes.float0), layout)
+    return d_padded, tuple(d.astype(w.dtype) for d, w in zip(d_weights, weights)), layout_zero
+
+
+tile_loop.defvjp(_loop_fwd, _loop_bwd)

@@ -12,13 +12,20 @@ trainer nudges it towards balanced loads (`jaxdllm.train.expert_balance`).
 
 Dispatch (`grouped_swiglu`): on TPU and GPU the (token, expert) pairs are sorted by expert, each
 expert's SwiGLU runs on its contiguous rows with one `ragged_dot` per projection (XLA's native
-ragged dot), and the outputs return to their tokens weighted by the routing weights. On a CPU every
-expert runs on every token and the routing weights mix the outputs (XLA's CPU ragged dot is a slow
-emulation). `RunOptions.moe_impl="pallas"` runs the sorted pairs through the grouped matmul kernel
-of `jaxdllm.models.grouped_matmul` instead (NVIDIA GPUs, one device).
+ragged dot), and the outputs return to their tokens weighted by the routing weights. On a CPU
+(XLA's CPU ragged dot is a slow emulation) the sorted pairs are padded per expert to whole row
+tiles and a loop runs one tile at a time through its expert's three projections (`tiles`): the
+experts cost their active share, each used expert's weights read once per tile of its rows.
+At small shapes, and where the expert kernels are spread over a mesh of CPU devices, every expert
+runs on every token and the routing weights mix the outputs (`dense`: as cheap as the loop there,
+and XLA partitions it without gathering a kernel; `cpu_impl`).
+`RunOptions.moe_impl="pallas"` runs the sorted pairs through the grouped matmul kernel of
+`jaxdllm.models.grouped_matmul` instead (NVIDIA GPUs, one device).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -115,14 +122,18 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     """`sum_j weights[t, j] * glu_{experts[t, j]}(x[t])`; the gated unit is
     `down(activation(gate x) * up x)` (SwiGLU by default).
 
-    `impl` (`RunOptions.moe_impl`): `auto` is `ragged_dot` on TPU and GPU and the dense mix on a
-    CPU, where XLA's ragged dot is a slow emulation (tens of times a plain matmul over the same
-    rows, and slow to compile): there every expert runs on every token and the outputs are mixed
-    with the routing weights (zero for the experts a token did not pick), the same sum.
+    `impl` (`RunOptions.moe_impl`): `auto` is `ragged_dot` on TPU and GPU and, on a CPU, where
+    XLA's ragged dot is a slow emulation (tens of times a plain matmul over the same rows, and slow
+    to compile), `tiles`, or `dense` for small shapes or kernels spread over a mesh (`cpu_impl`).
     `ragged_dot`: one `jax.lax.ragged_dot` per projection over the (token, expert) pairs sorted by
-    expert. `pallas`: the same sorted pairs through `jaxdllm.models.grouped_matmul` (padded to row
-    tiles once for the three projections; Triton on a GPU, interpreted elsewhere); `ragged_dot`
-    where the widths are not multiples of 16.
+    expert. `tiles`: the same sorted pairs padded per expert to whole row tiles
+    (`grouped_matmul.tile_layout`, room for every pair: none is dropped), a `while_loop` over the
+    tiles that hold rows, each through its expert's SwiGLU (`grouped_matmul.tile_loop`).
+    `dense`: every expert on every token, the outputs mixed with the routing weights (zero for the
+    experts a token did not pick), the same sum at `num_experts / k` times the arithmetic.
+    `pallas`: the same sorted pairs through `jaxdllm.models.grouped_matmul` (padded to row tiles
+    once for the three projections; Triton on a GPU, interpreted elsewhere); `ragged_dot` where the
+    widths are not multiples of 16.
 
     Args:
       x: `[T, D]`; experts, weights: `[T, k]`; gate, up: `[E, D, M]`; down: `[E, M, D]`.
@@ -134,7 +145,9 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     num_experts = gate.shape[0]
     load = jnp.bincount(experts.reshape(-1), length=num_experts).astype(jnp.int32)
     if impl == "auto":
-        impl = "dense" if target_platform() == "cpu" else "ragged_dot"
+        impl = cpu_impl(x.shape[0], gate) if target_platform() == "cpu" else "ragged_dot"
+    if impl == "tiles":
+        return _looped_swiglu(x, experts, weights, gate, up, down, activation, load), load
     if impl == "pallas":
         from jaxdllm.models.grouped_matmul import supported
 
@@ -157,6 +170,55 @@ def grouped_swiglu(x: jax.Array, experts: jax.Array, weights: jax.Array, gate: j
     out = dot(hidden, down)  # [T*k, D] in expert order
     out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
     return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32)), load
+
+
+# Below this many multiply-adds of one projection run densely (tokens x experts x in x out), every
+# expert on every token costs no more than the loop over tiles does (on 2 CPU cores: tiny-llada2's
+# experts at 32 tokens 140 us a layer either way, at 128 tokens 600 us dense against 385 us in
+# tiles; DiffusionGemma's `small` benchmark shape at 8 tokens 4.4 ms against 0.3 ms).
+DENSE_BELOW = 1 << 22
+
+
+def cpu_impl(tokens: int, kernel: jax.Array) -> str:
+    """What `auto` runs on a CPU for `tokens` rows and a `[E, D, M]` expert kernel: `tiles` (each
+    expert on its own rows), or `dense` where that is as cheap (`DENSE_BELOW`) or where the
+    kernels are spread over a mesh (XLA partitions the dense mix over the expert shards, moving
+    tokens and never a kernel; the loop's per-tile kernel slices would gather them)."""
+    e, d, m = kernel.shape
+    if tokens * e * d * m < DENSE_BELOW:
+        return "dense"
+    meshes = [jax.sharding.get_abstract_mesh()]
+    try:
+        meshes.append(jax.typeof(kernel).sharding.mesh)
+    except AttributeError:  # no sharding on the abstract value
+        pass
+    return "dense" if any(not mesh.empty and mesh.size > 1 for mesh in meshes) else "tiles"
+
+
+def _swiglu_tile(rows, gate, up, down, *, activation, dtype):
+    """One row tile through one expert's SwiGLU, in float32 (XLA's CPU dots take no bf16 x bf16 ->
+    f32), the hidden units rounded to `dtype` as the other paths round them."""
+    f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
+    rows = f32(rows)
+    hidden = f32((activation(rows @ f32(gate)) * (rows @ f32(up))).astype(dtype))
+    return hidden @ f32(down)
+
+
+def _looped_swiglu(x, experts, weights, gate, up, down, activation, load):
+    """`grouped_swiglu` as a loop over row tiles (`jaxdllm.models.grouped_matmul.tile_loop`): the
+    (token, expert) pairs sorted by expert, each expert's rows padded to whole tiles, one tile at a
+    time through its expert's three projections, the outputs back to their tokens. No pair is
+    dropped: the layout has room for every pair whatever the routing."""
+    from jaxdllm.models import grouped_matmul as gm
+
+    t, k = experts.shape
+    order = jnp.argsort(experts.reshape(-1), stable=True)  # (token, slot) pairs grouped by expert
+    layout = gm.tile_layout(load, t * k, gm.loop_tile(t * k, gate.shape[0]))
+    rows = gm.to_tiles(x[order // k], layout)
+    tile_fn = functools.partial(_swiglu_tile, activation=activation, dtype=x.dtype)
+    out = gm.from_tiles(gm.tile_loop(tile_fn, rows, (gate, up, down), layout), layout)  # [T*k, D] in expert order
+    out = jnp.zeros_like(out).at[order].set(out).reshape(t, k, -1)
+    return jnp.einsum("tkd,tk->td", out, weights.astype(jnp.float32))
 
 
 def _pallas_swiglu(x, experts, weights, gate, up, down, activation, load):

@@ -18,7 +18,7 @@ from jaxdllm.validation import check_fields
 
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots")
-MOE_IMPLS = ("auto", "ragged_dot", "pallas")
+MOE_IMPLS = ("auto", "ragged_dot", "pallas", "tiles", "dense")
 QUANTIZATIONS = ("int8",)  # weight-only; see jaxdllm/models/quantize.py
 WEIGHT_FORMATS = DTYPES + QUANTIZATIONS  # how a memory plan or a decoding setup stores the weights
 # Options that fix the parameters' layout: a model built with one value cannot run with another.
@@ -42,11 +42,13 @@ class RunOptions:
         and runs with `none`.
       quantization: `None` (float weights) or `"int8"`: weight-only int8 for every linear layer and
         the LM head, one scale per output channel (`jaxdllm.models.quantize`).
-      moe_impl: how routed experts run (`jaxdllm.models.moe.grouped_swiglu`): `auto` (on a CPU every
-        expert on every token, mixed by the routing weights; on TPU and GPU XLA's `ragged_dot`),
-        `ragged_dot` (XLA's everywhere) or `pallas` (the grouped matmul kernel of
+      moe_impl: how routed experts run (`jaxdllm.models.moe.grouped_swiglu`): `auto` (on TPU and GPU
+        XLA's `ragged_dot`; on a CPU `tiles`, or `dense` at small shapes and where the expert kernels
+        are spread over a mesh), `ragged_dot` (XLA's everywhere), `pallas` (the grouped matmul kernel of
         `jaxdllm.models.grouped_matmul`: Triton on one NVIDIA GPU, not partitioned over a mesh;
-        interpreted elsewhere, for tests).
+        interpreted elsewhere, for tests), `tiles` (each expert on its own rows, padded to whole
+        row tiles, one tile after another in a loop: what XLA's CPU backend runs well) or `dense`
+        (every expert on every token, mixed by the routing weights).
     """
 
     param_dtype: str = "float32"

@@ -61,12 +61,14 @@ Per (size, batch) and side (`rows[*].sides.jaxdllm` / `.transformers`):
   row forwards), `forwards` (forwards of the whole batch), `ms_per_forward` (`median_s` / `forwards`;
   the encoder's passes, one per canvas, are inside the time but not counted, as published).
 
-On CPU, jaxdllm's routed experts (`jaxdllm.models.moe.grouped_swiglu`) run every expert on every
-token and mix the outputs by the routing weights (XLA's CPU `ragged_dot` is a slow emulation: at
+On CPU, jaxdllm's routed experts (`jaxdllm.models.moe.grouped_swiglu`, `moe_impl="auto"`) run each
+expert on its own rows only (`tiles`: the (token, expert) pairs sorted by expert, padded per expert
+to whole row tiles, a loop over the tiles; XLA's CPU `ragged_dot` is a slow emulation: at
 `medium`'s expert shapes ~49 ms per layer against ~0.8 ms for a dense matmul of the same rows).
-That costs `num_experts / experts_per_token` times the expert FLOPs (16x at `medium` and `large`),
-which is where jaxdllm trails transformers' `grouped_mm` at those sizes; at `tiny` and `small`
-jaxdllm's one compiled loop is ahead. On TPU and GPU the experts run as `ragged_dot`.
+`tiny`'s experts are small enough that they still run every expert on every token (`dense`, as
+cheap there). Before `tiles`, every size ran `dense`: `num_experts / experts_per_token` times the
+expert FLOPs (16x at `medium` and `large`), and jaxdllm trailed transformers' `grouped_mm` at those
+sizes (0.95x and 0.73x). On TPU and GPU the experts run as `ragged_dot`.
 
 Each row also records `load_average` (the host's 1, 5 and 15 minute load after it): the timings
 assume nothing else runs.
