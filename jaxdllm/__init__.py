@@ -1,7 +1,7 @@
 """jaxdllm: parallel decoding of language models (diffusion LLMs, Jacobi decoding) in JAX."""
 
 from jaxdllm.attention import MaskSpec, attend
-from jaxdllm.checkpoint import from_pretrained, load_state, save_pretrained, save_state
+from jaxdllm.checkpoint import Checkpoint, from_pretrained, load_state, save_pretrained, save_state
 from jaxdllm.compilation_cache import enable_compilation_cache
 from jaxdllm.decoding import GenerateResult, Sampler, SamplerConfig, generate, generate_stepwise
 from jaxdllm.errors import CheckpointError, ConfigError
@@ -12,7 +12,8 @@ from jaxdllm.tokenizer import TokenBatch, Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckpointError", "ConfigError", "ForwardOutput", "GenerateResult", "KVCache", "MaskSpec", "ModelConfig",
+__all__ = ["Checkpoint", "CheckpointError", "ConfigError", "ForwardOutput", "GenerateResult", "KVCache", "MaskSpec",
+           "ModelConfig",
            "Pretrained", "RunOptions", "Sampler", "SamplerConfig", "TokenBatch", "Tokenizer", "Transformer", "align_logits",
            "attend",
            "checkpoint_dir", "companions", "enable_compilation_cache", "from_pretrained", "generate", "generate_stepwise", "load",

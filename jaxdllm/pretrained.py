@@ -9,6 +9,10 @@ settings in one call, by folder or by shipped name.
 `sampler_defaults` (with `checkpoint_settings`) is the one place where a checkpoint's sampler
 defaults are decided; the command line (`generate`, `eval --preset`, `distill`) and the lm-eval
 model use it too.
+
+Every function here takes a folder, a shipped name or a `Checkpoint`
+(`jaxdllm.checkpoint.folder`): a caller that opens the checkpoint once and hands the value on
+finds the folder once and parses its config.json once.
 """
 
 from __future__ import annotations
@@ -17,14 +21,15 @@ import os
 from typing import Any, NamedTuple
 
 from jaxdllm import sharding as shd
-from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
-from jaxdllm.checkpoint.hf_io import from_pretrained, read_cache_notes, read_sampler_defaults
+from jaxdllm.checkpoint.folder import Checkpoint, checkpoint_of
+from jaxdllm.checkpoint.hf_io import from_pretrained
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.families import family_of
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.tokenizer import Tokenizer
+
+CheckpointLike = str | os.PathLike | Checkpoint
 
 
 class Pretrained(NamedTuple):
@@ -54,34 +59,28 @@ def _fitted(preset: str, model_config: ModelConfig, settings: dict) -> dict:
     return {**settings, "gen_length": 1 << (max(model_config.max_position // 2, 1).bit_length() - 1)}
 
 
-def checkpoint_settings(path: str | os.PathLike, preset: str | None = None) -> tuple[str, dict]:
+def checkpoint_settings(path: CheckpointLike, preset: str | None = None) -> tuple[str, dict]:
     """`(preset, settings)` behind `sampler_defaults`: the preset name and the `SamplerConfig`
-    keywords the checkpoint sets (its `jaxdllm_sampler.json`, and a `gen_length` that fits)."""
-    directory = checkpoint_dir(path)
-    model_config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    keywords the checkpoint sets (its `jaxdllm_sampler.json`, and a `gen_length` that fits).
+    `path`: checkpoint folder, shipped name or `Checkpoint`."""
+    checkpoint = Checkpoint.open(path)
+    model_config = checkpoint.config
     family = family_of(model_config)
     preset = preset or family.default_preset(model_config)
     # what the family reads from the checkpoint's own files (e.g. a generation_config.json), under
     # what jaxdllm_sampler.json sets
-    settings = {**family.sampler_settings(directory, model_config, preset), **read_sampler_defaults(directory)}
+    settings = {**family.sampler_settings(checkpoint.folder, model_config, preset), **checkpoint.sampler_defaults}
     return preset, _fitted(preset, model_config, settings)
 
 
-def _block_causal(path: str | os.PathLike) -> bool:
-    """Whether the checkpoint's model attends block-causally (LLaDA2, block diffusion)."""
-    directory = checkpoint_dir(path)
-    return config_from_hf(read_config_json(directory), where=str(directory / "config.json")).attention == "block_causal"
-
-
-def _fixed_block(path: str | os.PathLike) -> bool:
-    """Whether the checkpoint's family decodes in blocks of the model's own `block_size` only
+def _keeps_block(model_config: ModelConfig) -> bool:
+    """Whether a new `gen_length` keeps the block length: the model attends block-causally (LLaDA2,
+    block diffusion) or its family decodes in blocks of the model's own `block_size` only
     (`Family.fixed_block`: a canvas the model fixes)."""
-    directory = checkpoint_dir(path)
-    config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
-    return family_of(config).fixed_block
+    return model_config.attention == "block_causal" or family_of(model_config).fixed_block
 
 
-def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
+def sampler_defaults(path: CheckpointLike, preset: str | None = None, **overrides: Any) -> SamplerConfig:
     """The sampler settings a checkpoint decodes with, as a `SamplerConfig`.
 
     In order: `preset` (default `default_preset`: `jacobi` for a causal model, a family's own
@@ -95,14 +94,15 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     (`Family.fixed_block`) keep their block length.
 
     Args:
-      path: checkpoint folder or shipped name.
+      path: checkpoint folder, shipped name or `Checkpoint` (`jaxdllm.checkpoint.folder`).
       preset: a name from `jaxdllm.decoding.SAMPLER_PRESETS`.
       **overrides: any `SamplerConfig` keyword.
     """
-    preset, settings = checkpoint_settings(path, preset)
+    checkpoint = Checkpoint.open(path)
+    preset, settings = checkpoint_settings(checkpoint, preset)
     base = SamplerConfig.preset(preset, **settings)
     if "gen_length" in overrides:
-        if "block_length" not in overrides and (_block_causal(path) or _fixed_block(path)):
+        if "block_length" not in overrides and _keeps_block(checkpoint.config):
             # A block-causal model decodes any gen_length in its blocks (to the end of the block that
             # holds the last position, as the published loops): the block stays. So does a family's
             # fixed canvas (`Family.fixed_block`: a gen_length that is no multiple of it is an error).
@@ -111,7 +111,7 @@ def sampler_defaults(path: str | os.PathLike, preset: str | None = None, **overr
     return base.replace(**overrides) if overrides else base
 
 
-def policy_params(path: str | os.PathLike, config: SamplerConfig, **load_options):
+def policy_params(path: CheckpointLike, config: SamplerConfig, **load_options):
     """The parameters `config`'s policy reads, found beside the checkpoint: for `learn2pd`, its
     filter (`learn2pd_filter.safetensors`, written by `jaxdllm distill learn2pd`); for `medusa` and
     `bpd`, the heads; for `spec_diffusion` and `apd`, the second model (the one the policy's
@@ -120,23 +120,24 @@ def policy_params(path: str | os.PathLike, config: SamplerConfig, **load_options
     Pass it as `generate(..., policy_params=...)`.
 
     Args:
-      path: checkpoint folder or shipped name.
+      path: checkpoint folder, shipped name or `Checkpoint` (a folder of side files alone, without
+        a config.json, works too).
       config: the `SamplerConfig` that will decode (its block length must match the filter's).
       **load_options: for a second model, `from_pretrained`'s options (`mesh=`, `dtype=`, ...).
     """
     if not config.policy.needs_params:
         return None
-    directory = checkpoint_dir(path)
+    checkpoint = checkpoint_of(path)
     # the model itself first: a policy that cannot decode it says so before asking for its second model
-    if (directory / "config.json").is_file():
-        config.canvas.check_model(config_from_hf(read_config_json(directory), str(directory / "config.json")),
-                                  config)
+    if checkpoint.has_config:
+        config.canvas.check_model(checkpoint.config, config)
+    # the policy reads its side files (heads, filter, companions.json) through the Checkpoint, which is path-like
     if load_options:
-        return config.policy.load_params(directory, config, **load_options)
-    return config.policy.load_params(directory, config)
+        return config.policy.load_params(checkpoint, config, **load_options)
+    return config.policy.load_params(checkpoint, config)
 
 
-def companions(path: str | os.PathLike, config: SamplerConfig, **load_options) -> dict:
+def companions(path: CheckpointLike, config: SamplerConfig, **load_options) -> dict:
     """`{role: model}`: the second model `config`'s policy runs (`Policy.companion`: SpecDiff's
     `drafter`, APD's `verifier`), loaded as `policy_params` loads it; {} for a policy without one.
     Pass it as `generate(..., companions=...)`."""
@@ -144,23 +145,23 @@ def companions(path: str | os.PathLike, config: SamplerConfig, **load_options) -
     return {role: policy_params(path, config, **load_options)} if role else {}
 
 
-def cache_note(path: str | os.PathLike, config: SamplerConfig) -> str | None:
+def cache_note(path: CheckpointLike, config: SamplerConfig) -> str | None:
     """What the checkpoint's card measured for `config`'s cache, when it flags that cache
     (`cache_notes` in `jaxdllm_sampler.json`; e.g. approximate caches that lose accuracy on a
     short one-block canvas); None otherwise, and None for a cache refreshed every step (exact)."""
     if getattr(config.cache, "refresh_every_step", False):
         return None
-    return read_cache_notes(checkpoint_dir(path)).get(config.cache.name)
+    return checkpoint_of(path).cache_notes.get(config.cache.name)
 
 
-def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=shd.DEFAULT_RULES,
+def load(path: CheckpointLike, *, dtype: str | None = None, mesh=None, rules=shd.DEFAULT_RULES,
          **config_overrides: Any) -> Pretrained:
     """Model, tokenizer and sampler defaults of one checkpoint.
 
     Args:
       path: a checkpoint folder (Hugging Face layout) or a shipped name (`tasks-llada-small`,
         `tasks-llada-small-dparallel`, `tasks-qwen2-small`, `tasks-qwen2-small-jf`), from any
-        working folder.
+        working folder, or a `Checkpoint`.
       dtype, mesh, rules, **config_overrides: as in `jaxdllm.from_pretrained`.
 
     Returns:
@@ -168,10 +169,10 @@ def load(path: str | os.PathLike, *, dtype: str | None = None, mesh=None, rules=
       `answers` stop at the model's EOS and end-of-turn tokens; the checkpoint's `SamplerConfig`
       (`sampler_defaults`). `defaults.replace(policy="threshold", threshold=0.9)` changes it.
     """
-    directory = checkpoint_dir(path)
-    defaults = sampler_defaults(directory)  # bad settings fail before the weights are read
-    model = from_pretrained(directory, dtype=dtype, mesh=mesh, rules=rules, **config_overrides)
-    tokenizer = Tokenizer.from_pretrained(directory)
+    checkpoint = Checkpoint.open(path)  # found once, config.json parsed once
+    defaults = sampler_defaults(checkpoint)  # bad settings fail before the weights are read
+    model = from_pretrained(checkpoint, dtype=dtype, mesh=mesh, rules=rules, **config_overrides)
+    tokenizer = Tokenizer.from_pretrained(checkpoint)
     ends = (model.config.eos_token_id, model.config.eot_token_id, *(getattr(defaults.policy, "stop_ids", None) or ()))
     tokenizer.stop_ids = tuple(dict.fromkeys([*tokenizer.stop_ids, *(i for i in ends if i is not None)]))
     return Pretrained(model, tokenizer, defaults)

@@ -24,6 +24,7 @@ import jinja2.sandbox
 import numpy as np
 import tokenizers
 
+from jaxdllm.checkpoint.folder import Checkpoint
 from jaxdllm.checkpoint.hf_config import require_checkpoint_folder
 from jaxdllm.errors import CheckpointError, ConfigError, DataError
 from jaxdllm.shipped import checkpoint_dir
@@ -81,11 +82,13 @@ class Tokenizer:
         self.stop_ids: tuple[int, ...] = tuple(i for i in named if i is not None)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, what: str = "checkpoint directory", **options) -> "Tokenizer":
+    def from_pretrained(cls, path: str | Path | Checkpoint, *, what: str = "checkpoint directory",
+                        **options) -> "Tokenizer":
         """Load `path/tokenizer.json` (+ `tokenizer_config.json`, `chat_template.jinja`); `path` may
-        be a shipped checkpoint's name (`jaxdllm.shipped.checkpoint_dir`). `what` names `path` in
-        errors (e.g. "[model] init_from"). `options`: `unknown`."""
-        directory = require_checkpoint_folder(checkpoint_dir(path), what)
+        be a shipped checkpoint's name (`jaxdllm.shipped.checkpoint_dir`) or a `Checkpoint` (its
+        folder, found once). `what` names `path` in errors (e.g. "[model] init_from"). `options`: `unknown`."""
+        folder = path.folder if isinstance(path, Checkpoint) else checkpoint_dir(path)
+        directory = require_checkpoint_folder(folder, what)
         file = directory / "tokenizer.json"
         if not file.is_file():
             raise CheckpointError(f"{file} is missing: jaxdllm reads tokenizers from tokenizer.json")

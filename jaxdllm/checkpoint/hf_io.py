@@ -28,7 +28,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxdllm import sharding as shd
-from jaxdllm.checkpoint.hf_config import config_from_hf, config_to_hf, read_config_json
+from jaxdllm.checkpoint.folder import SAMPLER_DEFAULTS_FILE, Checkpoint
+from jaxdllm.checkpoint.hf_config import config_to_hf
 from jaxdllm.checkpoint.hf_names import is_ignorable, param_location, tensor_table
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models import quantize
@@ -38,7 +39,6 @@ from jaxdllm.models.families.config_json import checkpoint_dtype
 from jaxdllm.models.families.tensors import TensorMapping
 from jaxdllm.models.run_options import RunOptions, split_options
 from jaxdllm.models.transformer import Transformer
-from jaxdllm.shipped import checkpoint_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,31 +47,10 @@ SINGLE_FILE = "model.safetensors"
 # A safetensors file beside the weights that is not part of them (e.g. Learn2PD's filter) says so
 # in its metadata; loading skips it and an export leaves it in place.
 SIDE_FILE_METADATA = "jaxdllm_side_file"
-# Sampler defaults that suit the model (e.g. a short gen_length for a model with a short
-# max_position); `jaxdllm generate` reads them before the preset's.
-SAMPLER_DEFAULTS_FILE = "jaxdllm_sampler.json"
-# policy name -> the second model it decodes with (a folder or shipped name). Not copied on export:
-# a trained or adapted model chooses its own partners.
-COMPANIONS_FILE = "companions.json"
-CACHE_NOTES_KEY = "cache_notes"  # in that file: cache name -> what the card measured with that cache
 # Files beside the weights that describe the model to other tools; copied on export on request.
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
               "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt", SAMPLER_DEFAULTS_FILE)
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-
-
-def _read_sampler_file(directory: str | Path) -> dict:
-    path = checkpoint_dir(directory) / SAMPLER_DEFAULTS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        values = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
-    if not isinstance(values, dict) or not isinstance(values.get(CACHE_NOTES_KEY, {}), dict):
-        raise CheckpointError(f"{path} must hold a JSON object of sampler settings "
-                              f"(and {CACHE_NOTES_KEY!r}: an object from cache name to text)")
-    return values
 
 
 def _readable_like_other_files(path: Path) -> None:
@@ -80,21 +59,6 @@ def _readable_like_other_files(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     path.chmod(0o666 & ~umask)
-
-
-def read_sampler_defaults(directory: str | Path) -> dict:
-    """A checkpoint's own sampler defaults (`jaxdllm_sampler.json`: `SamplerConfig` keywords), or {}.
-
-    `jaxdllm.sampler_defaults(directory)` turns them into a `SamplerConfig`."""
-    values = _read_sampler_file(directory)
-    values.pop(CACHE_NOTES_KEY, None)
-    return values
-
-
-def read_cache_notes(directory: str | Path) -> dict[str, str]:
-    """What the checkpoint's card says about decoding it with an approximate cache: cache name
-    (`prefix`, `dual`) -> one line (`jaxdllm_sampler.json`'s `cache_notes`), or {}."""
-    return dict(_read_sampler_file(directory).get(CACHE_NOTES_KEY, {}))
 
 
 def _weight_map(directory: Path) -> dict[str, Path]:
@@ -219,15 +183,16 @@ def _place(host: np.ndarray, placement) -> jax.Array:
                                         lambda idx: np.ascontiguousarray(host[idx]))
 
 
-def verify_checkpoint(path: str | Path) -> dict:
-    """Check a checkpoint directory without loading its weights: config.json, every safetensors
-    header (a truncated file fails here), and the name and shape of every tensor the config needs.
+def verify_checkpoint(path: str | Path | Checkpoint) -> dict:
+    """Check a checkpoint directory (a folder, shipped name or `Checkpoint`) without loading its
+    weights: config.json, every safetensors header (a truncated file fails here), and the name and
+    shape of every tensor the config needs.
 
     Returns `{"tensors": N, "files": F, "bytes": total size of the weight files}`; raises
     `CheckpointError` naming the file or tensor otherwise.
     """
-    directory = Path(path)
-    config = config_from_hf(read_config_json(directory), where=str(directory / "config.json"))
+    checkpoint = Checkpoint.open(path)
+    directory, config = checkpoint.folder, checkpoint.config
     files = _weight_map(directory)
     table = tensor_table(config)
     _check_tensors(table, files, config, {f: _open(f) for f in set(files.values())}, directory)
@@ -236,14 +201,15 @@ def verify_checkpoint(path: str | Path) -> dict:
     return {"tensors": len(table), "files": len(unique), "bytes": sum(f.stat().st_size for f in unique)}
 
 
-def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype: str | None = None,
+def from_pretrained(path: str | Path | Checkpoint, *, dtype: str | None = None, compute_dtype: str | None = None,
                     mesh: Mesh | None = None, rules=shd.DEFAULT_RULES, options: RunOptions | None = None,
                     **overrides) -> Transformer:
     """Load a Hugging Face checkpoint directory into a `Transformer`.
 
     Args:
-      path: directory with config.json and model.safetensors (or a sharded index), or the name
-        of a shipped checkpoint (`tasks-llada-small`; see `jaxdllm.shipped`).
+      path: directory with config.json and model.safetensors (or a sharded index), the name
+        of a shipped checkpoint (`tasks-llada-small`; see `jaxdllm.shipped`), or a `Checkpoint`
+        (`jaxdllm.checkpoint.folder`: the folder and its config.json are not read again).
       dtype: parameter and compute dtype (`float32`, `bfloat16`, `float16`); default: the
         checkpoint's `torch_dtype`/`dtype`.
       compute_dtype: a different compute dtype (e.g. fp32 parameters, bf16 matmuls).
@@ -261,9 +227,8 @@ def from_pretrained(path: str | Path, *, dtype: str | None = None, compute_dtype
       The model; `model.config.source_config` keeps the config.json for export, `model.options`
       says how it runs.
     """
-    directory = checkpoint_dir(path)
-    raw = read_config_json(directory)
-    config = config_from_hf(raw, where=str(directory / "config.json"))
+    checkpoint = Checkpoint.open(path)
+    directory, raw, config = checkpoint.folder, checkpoint.raw_config, checkpoint.config
     config_overrides, option_overrides = split_options(overrides)
     fixed = sorted(set(config_overrides) & checkpoint_fields(type(config)))
     if fixed:

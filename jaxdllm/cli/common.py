@@ -1,5 +1,6 @@
-"""What several commands of the command line share: `--set` values, the model folder, the recipe,
-the cache notes and the line an interrupted command prints."""
+"""What several commands of the command line share: `--set` values, the model folder (opened once
+as a `Checkpoint` and handed to every loader), the recipe, the cache notes and the line an
+interrupted command prints."""
 
 from __future__ import annotations
 
@@ -55,15 +56,27 @@ DEFAULT_MODEL = shipped_checkpoint(DEFAULT_MODEL_NAME) or Path("checkpoints") / 
 
 def model_dir(args) -> Path:
     """`--model` (a folder or a shipped name), else the shipped default."""
+    if args.model is not None:
+        return checkpoint_dir(args.model)
+    return _default_model()
+
+
+def _default_model() -> Path:
     from jaxdllm.errors import CheckpointError
     from jaxdllm.shipped import shipped_hint
 
-    if args.model is not None:
-        return checkpoint_dir(args.model)
     if not (DEFAULT_MODEL / "config.json").is_file():
         raise CheckpointError(f"no --model given and the shipped default {DEFAULT_MODEL_NAME} is missing "
                               f"({shipped_hint()})")
     return DEFAULT_MODEL
+
+
+def open_model(args):
+    """The `Checkpoint` of `--model` (a folder or a shipped name), else of the shipped default: the
+    folder found and its config.json parsed once, then handed to every loader."""
+    from jaxdllm.checkpoint.folder import Checkpoint
+
+    return Checkpoint.open(args.model if args.model is not None else _default_model())
 
 
 def recipe(args):
@@ -88,8 +101,9 @@ def _merge(into: dict, changes: dict) -> None:
             into[key] = value
 
 
-def warn_cache_notes(model_dir: Path, configs) -> None:
-    """One warning per flagged cache: what the checkpoint's card measured with it."""
+def warn_cache_notes(model_dir, configs) -> None:
+    """One warning per flagged cache: what the checkpoint's card measured with it. `model_dir`: the
+    checkpoint's folder or `Checkpoint`."""
     from jaxdllm.pretrained import cache_note
 
     for name in sorted({c.cache.name for c in configs}):

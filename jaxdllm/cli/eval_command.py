@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxdllm.cli.common import _parse_value, model_dir, parse_sets, warn_cache_notes
+from jaxdllm.cli.common import _parse_value, open_model, parse_sets, warn_cache_notes
 from jaxdllm.models.run_options import QUANTIZATIONS
 from jaxdllm.output_paths import check_output_dir
 
@@ -54,9 +54,9 @@ def default_eval_dir(model_dir: Path, quantization: str | None = None) -> Path:
     return Path("runs") / "eval" / (name + (f"-{quantization}" if quantization else ""))
 
 
-def samplers(args, model_dir: Path) -> dict:
+def samplers(args, model_dir) -> dict:
     """The labelled sampler settings of the flags (`jaxdllm.eval.checkpoint_samplers`), checked
-    before the model is loaded."""
+    before the model is loaded; `model_dir`: the checkpoint's folder or `Checkpoint`."""
     from jaxdllm.eval import checkpoint_samplers
 
     sweep = parse_sets(args.sweep)
@@ -83,16 +83,17 @@ def run(args) -> int:
                           gsm8k_path=args.gsm8k_dir)
     if n is None and any(t.name != "gsm8k" for t in tasks):
         raise ConfigError("--n all only applies to GSM8K; the suite tasks need a number of prompts")
-    directory = model_dir(args)
-    configs = samplers(args, directory)
-    warn_cache_notes(directory, list(configs.values()))
-    params = {label: policy_params(directory, config) for label, config in configs.items()}
+    checkpoint = open_model(args)  # the folder found and config.json parsed once, for every loader below
+    directory = checkpoint.folder
+    configs = samplers(args, checkpoint)
+    warn_cache_notes(checkpoint, list(configs.values()))
+    params = {label: policy_params(checkpoint, config) for label, config in configs.items()}
     out = Path(args.out) if args.out else default_eval_dir(directory, args.quantize)
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     check_output_dir(out, "--out" if args.out else "the default results folder")
-    model = from_pretrained(directory, dtype="float32", quantization=args.quantize)
-    tokenizer = Tokenizer.from_pretrained(directory)
+    model = from_pretrained(checkpoint, dtype="float32", quantization=args.quantize)
+    tokenizer = Tokenizer.from_pretrained(checkpoint)
     version = weights_version(directory) + (f"-{args.quantize}" if args.quantize else "")
     evaluate(model, tokenizer, tasks, configs, n=n, seed=args.seed, batch_size=args.batch_size, out=out,
              model_id=str(directory.resolve()), model_version=version, policy_params=params,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from pathlib import Path
 
-from jaxdllm.cli.common import model_dir, parse_sets, warn_cache_notes
+from jaxdllm.cli.common import open_model, parse_sets, warn_cache_notes
 from jaxdllm.models.run_options import QUANTIZATIONS
 
 NAME = "generate"
@@ -74,8 +73,9 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def sampler_config(args, model_dir: Path):
-    """The checkpoint's sampler defaults (`jaxdllm.sampler_defaults`) with `--preset`, `--set` and the flags."""
+def sampler_config(args, model_dir):
+    """The checkpoint's sampler defaults (`jaxdllm.sampler_defaults`) with `--preset`, `--set` and the
+    flags; `model_dir`: the checkpoint's folder or `Checkpoint`."""
     from jaxdllm.decoding import SamplerConfig
     from jaxdllm.errors import ConfigError
     from jaxdllm.pretrained import sampler_defaults
@@ -105,12 +105,12 @@ def run(args) -> int:
 
     if not args.prompt.strip():
         raise ConfigError("--prompt is empty: give the text to continue")
-    directory = model_dir(args)
-    config = sampler_config(args, directory)  # bad options fail before any loading
-    warn_cache_notes(directory, [config])
-    params = policy_params(directory, config)  # e.g. Learn2PD's filter beside the model
-    model = from_pretrained(directory, quantization=args.quantize)
-    tok = Tokenizer.from_pretrained(directory)
+    checkpoint = open_model(args)  # the folder found and config.json parsed once, for every loader below
+    config = sampler_config(args, checkpoint)  # bad options fail before any loading
+    warn_cache_notes(checkpoint, [config])
+    params = policy_params(checkpoint, config)  # e.g. Learn2PD's filter beside the model
+    model = from_pretrained(checkpoint, quantization=args.quantize)
+    tok = Tokenizer.from_pretrained(checkpoint)
     if not args.allow_unk:
         tok.check_known(args.prompt)
     if tok.chat_template and not args.no_chat:

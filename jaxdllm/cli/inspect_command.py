@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from jaxdllm.models.run_options import WEIGHT_FORMATS
 
@@ -16,7 +15,7 @@ MEMORY = None
 def add_parser(sub) -> None:
     """The `inspect` subcommand and its flags."""
     p = sub.add_parser(NAME, help="show a checkpoint's config and parameter count")
-    p.add_argument("path", help="Hugging Face checkpoint directory")
+    p.add_argument("path", help="Hugging Face checkpoint directory or shipped name")
     p.add_argument("--load", action="store_true", help="also load every tensor and run one forward")
     p.add_argument("--plan", metavar="RUNTIMES", help="per-device memory of sampling on TPU runtimes: names "
                                                       "(v5e-1,v6e-1,v2-8,v5e-8,v4-32,v5p-8) or all")
@@ -31,16 +30,15 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Print the checkpoint's summary as JSON."""
-    from jaxdllm.checkpoint.hf_config import config_from_hf, read_config_json
+    from jaxdllm.checkpoint.folder import Checkpoint
     from jaxdllm.checkpoint.hf_io import verify_checkpoint
 
     from jaxdllm.models.families.config_json import checkpoint_dtype
     from jaxdllm.models.run_options import RunOptions
 
-    directory = Path(args.path)
-    raw = read_config_json(directory)
-    config = config_from_hf(raw, where=str(directory / "config.json"))
-    stored = checkpoint_dtype(raw)
+    checkpoint = Checkpoint.open(args.path)  # the folder found and config.json parsed once
+    directory, config = checkpoint.folder, checkpoint.config
+    stored = checkpoint_dtype(checkpoint.raw_config)
     # What the model is, then how `from_pretrained` runs it by default (the weights' stored dtype).
     summary = {k: v for k, v in config.to_dict().items() if v is not None}
     summary["run_options"] = RunOptions(param_dtype=stored, dtype=stored).to_dict()
@@ -51,13 +49,13 @@ def run(args) -> int:
     if args.plan and not weights_present and not args.load:  # planning before a download: config.json is enough
         summary["checked"] = "config.json only: no weight files to check"
     else:
-        summary["checked"] = verify_checkpoint(directory)  # headers, names and shapes; a truncated file fails
+        summary["checked"] = verify_checkpoint(checkpoint)  # headers, names and shapes; a truncated file fails
     if args.load:
         import jax.numpy as jnp
 
         from jaxdllm.checkpoint.hf_io import from_pretrained
 
-        model = from_pretrained(directory)
+        model = from_pretrained(checkpoint)
         logits = model(jnp.zeros((1, 4), jnp.int32)).logits
         summary["run_options"] = model.options.to_dict()
         summary["loaded"] = True

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.attention import MaskSpec
-from jaxdllm.checkpoint.hf_io import COMPANIONS_FILE
+from jaxdllm.checkpoint.folder import COMPANIONS_FILE, Checkpoint, read_companions
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.cache import KVCache
 
@@ -120,31 +120,16 @@ def check_pair(model_dir: str | os.PathLike, other_dir: str | os.PathLike, role:
                               f"the {role} {b}: they must share one tokenizer")
 
 
-def read_companions(directory: Path) -> dict:
-    """The model's `companions.json` (`{policy name: folder or shipped name}`), {} where there is none;
-    a file that is not such a JSON object is a `ConfigError` naming it."""
-    listing = directory / COMPANIONS_FILE
-    if not listing.is_file():
-        return {}
-    try:
-        table = json.loads(listing.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{listing} is not valid JSON ({e}): it maps a policy to its second model's folder, "
-                          'e.g. {"spec_diffusion": "../drafter"}') from None
-    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-        raise ConfigError(f"{listing} must be a JSON object from policy names to folders, e.g. "
-                          f'{{"spec_diffusion": "../drafter"}}; got {json.dumps(table)[:80]}')
-    return table
-
-
-def companion_dir(directory: Path, given: str, policy: str, role: str) -> Path:
+def companion_dir(directory: Path | Checkpoint, given: str, policy: str, role: str) -> Path:
     """The second model's folder: `given` (a folder or shipped name), else the one the model's
-    `companions.json` names for `policy` (a relative folder is read from the model's folder first)."""
+    `companions.json` names for `policy` (a relative folder is read from the model's folder first).
+    `directory`: the model's folder, or its `Checkpoint` (whose `companions.json` is read once)."""
     from jaxdllm.shipped import checkpoint_dir, shipped_hint
     listing = directory / COMPANIONS_FILE
     source = f"{role}={given!r}"
     if not given:
-        given = read_companions(directory).get(policy)
+        table = directory.companions if isinstance(directory, Checkpoint) else read_companions(directory)
+        given = table.get(policy)
         if not given:
             raise ConfigError(f"policy {policy!r} needs a {role}: pass one (--set {role}=DIR on the command line, "
                               f"{role}=\"DIR\" in Python; a checkpoint folder or shipped name), or name it in "
@@ -163,8 +148,10 @@ def companion_dir(directory: Path, given: str, policy: str, role: str) -> Path:
 
 def load_companion(directory, given: str, policy: str, role: str, **load_options):
     """The second model for `policy`, loaded (`from_pretrained(..., **load_options)`: `mesh=`,
-    `dtype=`) after its tokenizer is checked against the model's in `directory`."""
+    `dtype=`) after its tokenizer is checked against the model's in `directory` (a folder or the
+    model's `Checkpoint`)."""
     from jaxdllm.checkpoint import from_pretrained
-    other = companion_dir(Path(directory), given, policy, role)
-    check_pair(directory, other, role)
+    model = directory if isinstance(directory, Checkpoint) else Checkpoint(Path(directory))
+    other = Checkpoint(companion_dir(model, given, policy, role))  # found once; its config.json read once
+    check_pair(model.folder, other.folder, role)
     return from_pretrained(other, **load_options)

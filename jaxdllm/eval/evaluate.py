@@ -60,10 +60,10 @@ def sampler_settings(preset: str, overrides: dict | None = None, sweep: dict | N
     return out
 
 
-def checkpoint_samplers(model_dir: str | Path, preset: str | None = None, *, gen_length: int | None = None,
+def checkpoint_samplers(model_dir, preset: str | None = None, *, gen_length: int | None = None,
                         overrides: dict | None = None, sweep: dict | None = None) -> dict[str, SamplerConfig]:
-    """The labelled samplers `jaxdllm eval` compares on the checkpoint `model_dir`, each built (and
-    so checked) before any model is loaded.
+    """The labelled samplers `jaxdllm eval` compares on the checkpoint `model_dir` (a folder, shipped
+    name or `Checkpoint`), each built (and so checked) before any model is loaded.
 
     Without `preset`, the model card's table at the checkpoint's `gen_length` (or `gen_length`):
     for a causal model (its default preset decodes the draft canvas) autoregressive decoding

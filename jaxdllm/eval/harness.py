@@ -36,6 +36,7 @@ from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from jaxdllm.checkpoint.folder import Checkpoint  # noqa: E402
 from jaxdllm.checkpoint.hf_io import from_pretrained  # noqa: E402
 from jaxdllm.models.families import family_of  # noqa: E402
 from jaxdllm.decoding import SamplerConfig, generate  # noqa: E402
@@ -60,7 +61,7 @@ class JaxdllmLM(LM):
     """An lm-eval `LM` over a local checkpoint decoded with jaxdllm's compiled sampler.
 
     Args (lm-eval `--model_args`):
-      pretrained: checkpoint directory.
+      pretrained: checkpoint directory (or shipped name, or `Checkpoint`).
       preset: sampler preset (`SamplerConfig.preset`; default: the checkpoint's own settings,
         `jaxdllm.sampler_defaults`); other keys that are sampler options
         (`threshold`, `gen_length`, ...) override it.
@@ -78,10 +79,11 @@ class JaxdllmLM(LM):
         if unknown:
             raise ConfigError(f"unknown jaxdllm model_args {unknown}: give pretrained, preset, batch_size, dtype, "
                               f"mc_num, mc_batch, seed, or sampler options {list(SamplerConfig.option_names())}")
-        self.sampler_config = sampler_defaults(pretrained, preset, **sampler)
+        checkpoint = Checkpoint.open(pretrained)  # found and its config.json parsed once, for the three loaders
+        self.sampler_config = sampler_defaults(checkpoint, preset, **sampler)
         self.batch_size = int(batch_size) if str(batch_size) != "auto" else 8
-        self.model = from_pretrained(pretrained, dtype=dtype)
-        self.tokenizer = Tokenizer.from_pretrained(pretrained)
+        self.model = from_pretrained(checkpoint, dtype=dtype)
+        self.tokenizer = Tokenizer.from_pretrained(checkpoint)
         self.pretrained = str(pretrained)
         self.mc_num, self.mc_batch, self.seed = int(mc_num), int(mc_batch), int(seed)
         if self.mc_num % self.mc_batch:

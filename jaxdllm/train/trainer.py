@@ -20,8 +20,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdllm import sharding as shd
+from jaxdllm.checkpoint.folder import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.checkpoint.hf_config import require_checkpoint_folder
-from jaxdllm.checkpoint.hf_io import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.data import save_char_tokenizer
 from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError, TrainingInterrupted
