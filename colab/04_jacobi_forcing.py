@@ -82,7 +82,7 @@ model, tokenizer, defaults = jaxdllm.load(base)
 prompts = ["copy 271828=", "sort 93715=", "reverse 3141592653589="]  # the last: a long-answer task
 batch = tokenizer(prompts)
 for n in (1, 16):
-    out = jaxdllm.generate(model, batch.ids, defaults.replace(block_length=n), attention_mask=batch.mask)
+    out = jaxdllm.generate(model, batch.ids, defaults.replace(window=n), attention_mask=batch.mask)
     answers = tokenizer.answers(out)
     print(f"window {n:2d}: {answers}  forwards per row {out.nfe.tolist()}")
 

@@ -5,6 +5,7 @@ Expected answers come from the task checkers and the shipped model cards, not fr
 test; the left-padding layout is spelled out by hand.
 """
 
+import dataclasses
 import json
 import sys
 
@@ -82,7 +83,9 @@ def test_defaults_come_from_the_checkpoint(llada, qwen):
     assert defaults.policy.name == "llada" and defaults.cache.name == "none"
     _, _, causal = qwen
     assert causal.policy.name == "jacobi" and causal.stop_at_eos  # a causal model: Jacobi, no flag needed
-    assert (causal.gen_length, causal.block_length) == (32, 16)
+    assert (causal.gen_length, causal.window) == (32, 16)  # the card's Jacobi window
+    # another preset leaves out the checkpoint's settings of Jacobi (its window) and of a diffusion block
+    assert jaxdllm.sampler_defaults("tasks-qwen2-small", "lookahead").block_length == 128
     assert jaxdllm.sampler_defaults("tasks-llada-small", "fast-dllm-dual").cache.name == "dual"
 
 
@@ -134,9 +137,11 @@ def test_the_command_line_decodes_a_causal_checkpoint_with_jacobi_without_flags(
 def test_every_preset_rescales_to_a_coherent_config(gen):
     for name, published in SAMPLER_PRESETS.items():
         config = SamplerConfig.preset(name, gen_length=gen)
-        assert config.gen_length == gen and config.policy == published.policy and config.cache == published.cache
-        if published.policy.canvas == "draft_canvas":
-            assert config.block_length == min(published.block_length, gen)
+        resized = dataclasses.replace(published.policy, **published.policy.resized_settings(published.gen_length, gen))
+        assert config.gen_length == gen and config.policy == resized and config.cache == published.cache
+        if not config.canvas.diffusion_blocks:  # no block: the loop's default stays; a Jacobi window at most G
+            assert config.block_length == published.block_length
+            assert getattr(config.policy, "window", gen) == min(getattr(published.policy, "window", gen), gen)
             continue
         assert gen % config.block_length == 0 and config.block_length <= max(published.block_length, gen)
         if published.block_length == published.gen_length:
@@ -148,7 +153,7 @@ def test_every_preset_rescales_to_a_coherent_config(gen):
 
 def test_resizing_keeps_a_jacobi_window_and_a_checkpoints_one_block():
     jacobi = SamplerConfig.preset("jacobi", gen_length=8)  # window 8 == G
-    assert jacobi.resized(64).block_length == 8  # the draft window stays; it is not a canvas block
+    assert jacobi.resized(64).window == 8  # the draft window stays; it is not a canvas block
     one_block = SamplerConfig.preset("llada", gen_length=16)
     assert (one_block.resized(64).block_length, one_block.resized(64).steps) == (64, 64)
     assert SamplerConfig.preset("llada").resized(64).block_length == 32  # the published block

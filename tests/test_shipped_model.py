@@ -60,7 +60,7 @@ def test_causal_model_decodes_with_jacobi_forcing_preset_from_the_command_line()
 def test_causal_model_card(task):
     """AR (a window of one) and Jacobi decoding give the same answers: the card's 100 %."""
     model, tok = from_pretrained(CAUSAL), Tokenizer.from_pretrained(CAUSAL)
-    results = [evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=16, block_length=n), n=60)
+    results = [evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=16, window=n), n=60)
                for n in (1, 16)]
     assert [r["accuracy"] for r in results] == [1.0, 1.0], results
     assert results[0]["mean_nfe"] > results[1]["mean_nfe"]
@@ -75,7 +75,7 @@ def test_jacobi_forcing_model_card(task, card_accuracy, card_nfe, base_nfe):
     """The card's Jacobi row on its 200 held-out prompts: the card's accuracy, in the card's number of
     forwards, far fewer than the base model needs with the same sampler (the card's base column)."""
     model, tok = from_pretrained(JF), Tokenizer.from_pretrained(JF)
-    result = evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=32, block_length=16), n=200)
+    result = evaluate_task(model, tok, task, SamplerConfig.preset("jacobi", gen_length=32, window=16), n=200)
     assert result["accuracy"] >= card_accuracy - 0.005, result
     assert result["mean_nfe"] <= card_nfe + 0.02 and result["mean_nfe"] < base_nfe - 2, result
     assert result["answer_tokens_per_forward"] >= 3.0, result  # the target: >= 3 tokens per forward

@@ -50,7 +50,10 @@ def add_parser(sub) -> None:
                    help="tokens to generate (the answer's length; the block length and steps are rescaled "
                         "to it unless given)")
     p.add_argument("--block-length", dest="block_length", type=int, metavar="N",
-                   help="tokens decoded per block, left to right (a causal model's draft window)")
+                   help="the diffusion block: tokens decoded per block, left to right (diffusion models only)")
+    p.add_argument("--window", type=int, metavar="N",
+                   help="Jacobi's draft window: tokens a step may accept (jacobi, jacobi-forcing; a causal "
+                        "model's default); same as --set window=N")
     p.add_argument("--steps", type=int, metavar="N",
                    help="decoding steps over the whole answer for the scheduled policies (llada: "
                         "gen-length steps commit one token each)")
@@ -81,7 +84,7 @@ def sampler_config(args, model_dir):
     from jaxdllm.pretrained import sampler_defaults
 
     overrides = parse_sets(args.set)
-    for name in ("gen_length", "block_length", "steps", "policy", "cache", "threshold", "temperature"):
+    for name in ("gen_length", "block_length", "window", "steps", "policy", "cache", "threshold", "temperature"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     unknown = sorted(set(overrides) - set(SamplerConfig.option_names()))

@@ -48,6 +48,7 @@ class ApdCanvas(Canvas):
 
     name = "apd_canvas"
     policy_base = Apd
+    diffusion_blocks = False  # left to right, by the policy's `draft_window`
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:

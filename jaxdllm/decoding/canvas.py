@@ -71,6 +71,9 @@ class Canvas(abc.ABC):
       name: the canvas's one name (its module is `<name>.py`, its class the CamelCase of it).
       policy_base: the class a policy of this canvas derives from (what the loop calls on it).
       block_layout: block-causal models decode in the published block layout (`layout.py`).
+      diffusion_blocks: the canvas decodes in diffusion blocks of `SamplerConfig.block_length`. False:
+        it has none, and a `block_length` other than the loop's default is an error (a setting
+        means one thing; e.g. Jacobi's draft window is the policy's `window`).
       unmasks: the answer starts as MASK and each step unmasks positions, so a recorded trajectory is
         a sequence of partly masked canvases (what Learn2PD's oracle replays).
     """
@@ -78,6 +81,7 @@ class Canvas(abc.ABC):
     name: ClassVar[str] = ""
     policy_base: ClassVar[type] = object
     block_layout: ClassVar[bool] = False
+    diffusion_blocks: ClassVar[bool] = True
     unmasks: ClassVar[bool] = False
 
     def __eq__(self, other):
@@ -125,7 +129,10 @@ class Canvas(abc.ABC):
     def resized_block_length(self, block_length: int, gen_length: int, new_gen_length: int) -> int:
         """The block length of a preset published at `gen_length` with `block_length`, for a canvas of
         `new_gen_length`: one block stays one block; otherwise the largest divisor of the new length
-        that is at most the published block."""
+        that is at most the published block. A canvas without `diffusion_blocks` keeps the loop's
+        default (a policy's own window is resized by the policy: `Policy.resized_settings`)."""
+        if not self.diffusion_blocks:
+            return block_length
         if block_length >= gen_length:
             return new_gen_length
         return max(d for d in range(1, min(block_length, new_gen_length) + 1) if new_gen_length % d == 0)

@@ -81,8 +81,10 @@ class SamplerConfig:
 
     Attributes:
       gen_length: tokens to generate G (all of them unless `stop_at_eos`).
-      block_length: diffusion: the semi-autoregressive block (`gen_length` for one block over the
-        canvas); Jacobi: the draft window n; unused by `lookahead`.
+      block_length: the diffusion block: the semi-autoregressive block (`gen_length` for one block
+        over the canvas). Only canvases that decode in blocks take it (`Canvas.diffusion_blocks`);
+        on the others (draft-and-verify policies, APD) a value other than the default is an error.
+        Jacobi's draft window is the policy's own `window`.
       steps: total steps of the scheduled policies (`llada`, `prophet`, `learn2pd`, `dream`); a
         multiple of the number of blocks. Other policies run each block until it is decided.
       policy: a `Policy` (or its name): the commit rule and its settings.
@@ -141,6 +143,11 @@ class SamplerConfig:
             raise ConfigError("max_trajectory must be an integer >= 0")
         canvas = self.canvas  # the canvas checks its policy and its own layout rules
         canvas.check_policy(self.policy)
+        if not canvas.diffusion_blocks and self.block_length != _LOOP_DEFAULTS["block_length"]:
+            hint = (f"set its draft window with window={self.block_length}" if "window" in type(self.policy).settings()
+                    else "drop block_length")
+            raise ConfigError(f"block_length is the diffusion block; policy {self.policy.name!r} decodes without "
+                              f"blocks: {hint}")
         canvas.check_config(self)
         self.policy.check(self)
         self.cache.check(self)
@@ -178,8 +185,9 @@ class SamplerConfig:
         return dataclasses.replace(self, **changes)
 
     def resized(self, gen_length: int, **changes: Any) -> "SamplerConfig":
-        """A copy for a canvas of `gen_length` tokens: `block_length` and `steps` rescaled by the
-        rule of `preset` (unless given in `changes`), then `changes` applied.
+        """A copy for a canvas of `gen_length` tokens: `block_length`, `steps` and the policy's
+        resized settings (Jacobi's `window`) rescaled by the rule of `preset` (unless given in
+        `changes`), then `changes` applied.
 
             SamplerConfig.preset("llada").resized(64)    # 2 blocks of 32, 64 steps
         """
@@ -203,9 +211,10 @@ class SamplerConfig:
         `gen_length` G rescales what depends on it, unless passed too:
 
         - `block_length`: a preset whose block is the whole canvas (`dream`) keeps one block (G);
-          Jacobi's draft window stays the published n, at most G; the other diffusion presets take
-          the largest divisor of G that is at most the published block (32: G = 16 gives one
-          block of 16, G = 48 two blocks of 24).
+          the other diffusion presets take the largest divisor of G that is at most the published
+          block (32: G = 16 gives one block of 16, G = 48 two blocks of 24).
+        - the policy's own settings (`Policy.resized_settings`): Jacobi's draft `window` stays the
+          published n, at most G.
         - `steps`: the published steps per generated token (1 for the scheduled policies, one
           token per step), rounded up to a multiple of the number of blocks.
 
@@ -220,7 +229,8 @@ class SamplerConfig:
 
 
 def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
-    """`overrides` plus the `block_length` and `steps` that a new `gen_length` implies (see `preset`)."""
+    """`overrides` plus the `block_length`, `steps` and policy settings that a new `gen_length`
+    implies (see `preset`)."""
     gen = overrides.get("gen_length", base.gen_length)
     if gen == base.gen_length or not isinstance(gen, int) or isinstance(gen, bool) or gen < 1:
         return overrides  # nothing to rescale (a bad value is reported by the constructor)
@@ -231,6 +241,9 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
     if "block_length" not in out:
         canvas = canvas_of(policies_lib.policy_class(policy) if isinstance(policy, str) else policy)
         out["block_length"] = canvas.resized_block_length(base.block_length, base.gen_length, gen)
+    if "policy" not in out:  # the preset's policy: its own settings follow the canvas (a window at most G)
+        for name, value in base.policy.resized_settings(base.gen_length, gen).items():
+            out.setdefault(name, value)
     block = out["block_length"]
     if "steps" not in out and isinstance(block, int) and block > 0:
         blocks = -(-gen // block)  # whole blocks (block-causal models decode any G to the end of a block)
@@ -238,6 +251,23 @@ def _rescaled(base: SamplerConfig, overrides: dict) -> dict:
         per_token = -(-base.steps * width // base.gen_length)  # ceil(width * published steps / published G)
         out["steps"] = min(-(-per_token // blocks) * blocks, width)
     return out
+
+
+def settings_for_preset(preset: str, settings: dict) -> dict:
+    """`settings` less what `preset` does not take: the policy settings of another policy and, on a
+    canvas without diffusion blocks, `block_length`. A checkpoint's sampler file names its default
+    sampler's settings (a causal model's Jacobi `window`, a diffusion model's block); decoding it with
+    another preset (`lookahead`, `medusa`; `specdiff` on a diffusion model, which then says why it
+    cannot) leaves them out. The other loop settings and the cache's stay."""
+    if preset not in SAMPLER_PRESETS:
+        return settings  # the unknown name is reported where the preset is built
+    owners = setting_owners()
+    base = SAMPLER_PRESETS[preset]
+    takes = set(type(base.policy).settings())
+    if base.canvas.diffusion_blocks:
+        takes.add("block_length")
+    return {k: v for k, v in settings.items()
+            if k in takes or (owners.get(k, ("",))[0] != "policy" and k != "block_length")}
 
 
 def _unused_message(settings: dict, policy, cache) -> str:
@@ -299,13 +329,13 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # checkpoint's generation config's list).
     "diffusiongemma": SamplerConfig(gen_length=256, block_length=256, policy="diffusiongemma"),
     # Jacobi decoding of a causal model (greedy; the published window of 16 draft tokens).
-    "jacobi": SamplerConfig(gen_length=256, block_length=16, policy="jacobi", stop_at_eos=True),
-    # Jacobi Forcing's decoding of its distilled models: blocks of 64, multi-block (2 in flight, the
-    # next one spawned at 85 % accepted) and rejection recycling (4 pool candidates per forward).
-    "jacobi-forcing": SamplerConfig(gen_length=256, block_length=64, policy="jacobi", blocks=2, spawn_ratio=0.85,
+    "jacobi": SamplerConfig(gen_length=256, window=16, policy="jacobi", stop_at_eos=True),
+    # Jacobi Forcing's decoding of its distilled models: blocks of 64 (the window n), multi-block (2 in
+    # flight, the next one spawned at 85 % accepted) and rejection recycling (4 pool candidates per forward).
+    "jacobi-forcing": SamplerConfig(gen_length=256, window=64, policy="jacobi", blocks=2, spawn_ratio=0.85,
                                     recycle=4, stop_at_eos=True),
     # Lookahead decoding's published setting for 7B models: 5-grams, a window of 7, 7 guesses.
-    "lookahead": SamplerConfig(gen_length=256, block_length=16, policy="lookahead", level=5, window_size=7,
+    "lookahead": SamplerConfig(gen_length=256, policy="lookahead", level=5, window_size=7,
                                guess_set_size=7, stop_at_eos=True),
     # Medusa-1 heads found beside the model (medusa_heads.safetensors): the published 63-node tree of
     # 4 heads' top-10, greedy acceptance (exact); blockwise parallel decoding: the chain of their top-1.

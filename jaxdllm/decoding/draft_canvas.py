@@ -34,6 +34,7 @@ class DraftCanvas(Canvas):
 
     name = "draft_canvas"
     policy_base = DraftVerifyPolicy
+    diffusion_blocks = False  # a policy's own window (Jacobi's `window`), never `block_length`
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
@@ -52,34 +53,29 @@ class DraftCanvas(Canvas):
 
     def cache_slots(self, config, lay) -> int:
         """KV slots per row: the canvas plus one layout past its end."""
-        return lay.total + config.policy.layout(config.block_length).length
+        return lay.total + config.policy.layout().length
 
     def footprint(self, model_config, config, prompt_len: int) -> Footprint:
         """An exact cache of the canvas plus one verification layout; the widest forward is the
         prompt's prefill or a layout; the layout's logits; the policy's second model, if any."""
-        span = config.policy.layout(config.block_length).length
+        span = config.policy.layout().length
         total = prompt_len + config.gen_length
         return Footprint(canvas=total, kv_slots=total + span, widest=max(prompt_len, span), attended=total + span,
                          logits=span, companions=config.policy.companion_footprints(prompt_len, config))
 
-    def resized_block_length(self, block_length: int, gen_length: int, new_gen_length: int) -> int:
-        """The draft window stays the published one, at most the new canvas."""
-        return min(block_length, new_gen_length)
-
     def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
         """Autoregressive decoding (a window of 1), Jacobi decoding and Jacobi Forcing's multi-block
         decoding, at the checkpoint's window (default 16)."""
-        g, n = gen_length, min(defaults.get("block_length", 16), gen_length)
-        return {"ar": ("jacobi", dict(gen_length=g, block_length=1)),
-                "jacobi": ("jacobi", dict(gen_length=g, block_length=n)),
-                "jacobi-mr": ("jacobi-forcing", dict(gen_length=g, block_length=n))}
+        g, n = gen_length, min(defaults.get("window", 16), gen_length)
+        return {"ar": ("jacobi", dict(gen_length=g, window=1)),
+                "jacobi": ("jacobi", dict(gen_length=g, window=n)),
+                "jacobi-mr": ("jacobi-forcing", dict(gen_length=g, window=n))}
 
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` followed by the first draft `[B, G]`, with the prompt's K/V
         prefilled; rows with `valid [B]` False start done."""
         b = prompt.shape[0]
-        draft, policy_state = config.policy.start(prompt, view.seg[:, :lay.prompt_len], config.gen_length,
-                                                  config.block_length, key)
+        draft, policy_state = config.policy.start(prompt, view.seg[:, :lay.prompt_len], config.gen_length, key)
         policy_state = config.policy.for_model(policy_state, model.config.vocab_size)
         canvas = jnp.concatenate([prompt, draft.astype(prompt.dtype)], 1)
         undecided = jnp.broadcast_to(jnp.arange(lay.total) >= lay.prompt_len, canvas.shape)
@@ -100,7 +96,7 @@ class DraftCanvas(Canvas):
         """One forward of every row's verification layout, acceptance, the K/V move, the policy's
         update and the bookkeeping."""
         policy, T = config.policy, lay.total
-        shape = policy.layout(config.block_length)
+        shape = policy.layout()
         w, e = shape.accept_width, shape.lookahead_len
         b = state.canvas.shape[0]
         first = jnp.where(state.undecided.any(1), jnp.argmax(state.undecided, axis=1), T - 1)  # [B]
@@ -115,7 +111,7 @@ class DraftCanvas(Canvas):
             parts.append(proposal.nodes)
         ids = jnp.concatenate(parts, 1).astype(jnp.int32)
         positions = current_pos + jnp.asarray(shape.position_offsets())[None]
-        end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len, config.block_length), T)
+        end = jnp.minimum(policy.in_flight_end(first, lay.prompt_len), T)
         targets = first[:, None] + jnp.arange(w)
         candidates = (targets < end[:, None]) & slice_window(state.undecided, first, w) & ~state.done[:, None]
 

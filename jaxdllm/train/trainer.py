@@ -27,6 +27,7 @@ from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError, TrainingInterrupted
 from jaxdllm.interrupts import deferred_signals
 from jaxdllm.models.config import ModelConfig
+from jaxdllm.models.families import family_of
 from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import Transformer
 from jaxdllm.shipped import checkpoint_dir
@@ -49,12 +50,15 @@ def sampler_defaults(config: ModelConfig, seq_len: int) -> dict:
     """`jaxdllm generate` defaults for a model too short for the presets' 256 generated tokens.
 
     Such a model was trained on rows of `seq_len` tokens (prompt + answer), so it generates half
-    a row (a power of two, one block, one token per step by default). Empty where the presets fit.
+    a row (a power of two, one block, one token per step by default; a causal model's default
+    preset has no block and keeps its own draft window, at most the answer). Empty where the presets fit.
     """
     llada = SAMPLER_PRESETS["llada"]
     if llada.gen_length + llada.prompt_bucket <= config.max_position:
         return {}
     gen = 1 << (max(min(seq_len, config.max_position) // 2, 1).bit_length() - 1)
+    if not SAMPLER_PRESETS[family_of(config).default_preset(config)].canvas.diffusion_blocks:
+        return {"gen_length": gen}
     return {"gen_length": gen, "block_length": gen, "steps": gen}
 
 

@@ -48,7 +48,7 @@ def verifier_alone(n: int, batch_size: int, gen_length: int, log=print) -> dict:
     from jaxdllm.tokenizer import decode_response
 
     model, tok, _ = jaxdllm.load("tasks-qwen2-small")
-    config = SamplerConfig.preset("jacobi", gen_length=gen_length, block_length=1)
+    config = SamplerConfig.preset("jacobi", gen_length=gen_length, window=1)
     rows = {}
     for task in resolve_tasks(TASKS):
         items = task.items(n, 1234)

@@ -52,9 +52,9 @@ N = 16           # the Jacobi window
 
 def samplers() -> dict[str, SamplerConfig]:
     g = GEN_LENGTH
-    return {"ar": SamplerConfig.preset("jacobi", gen_length=g, block_length=1),
-            "jacobi": SamplerConfig.preset("jacobi", gen_length=g, block_length=N),
-            "jacobi-forcing": SamplerConfig.preset("jacobi-forcing", gen_length=g, block_length=N),
+    return {"ar": SamplerConfig.preset("jacobi", gen_length=g, window=1),
+            "jacobi": SamplerConfig.preset("jacobi", gen_length=g, window=N),
+            "jacobi-forcing": SamplerConfig.preset("jacobi-forcing", gen_length=g, window=N),
             "lookahead": SamplerConfig.preset("lookahead", gen_length=g),
             "lookahead+prompt": SamplerConfig.preset("lookahead", gen_length=g, pool_from_prompt=True),
             "medusa": SamplerConfig.preset("medusa", gen_length=g),
@@ -119,7 +119,7 @@ def measure(model_dir: Path, n_prompts: int, repeats: int) -> list[dict]:
 
 def _fed(config: SamplerConfig) -> int:
     """Tokens one row feeds per forward (the compute a step costs, relative to AR's 1)."""
-    return config.policy.layout(config.block_length).length
+    return config.policy.layout().length
 
 
 def task_mean(row: dict | None) -> float:

@@ -127,7 +127,7 @@ MODELS = {
             (("moe_impl", "pallas"),)),
         Row("transformers generate", pytorch="hf_diffusiongemma", pairs="diffusiongemma"))),
     "qwen2.5-7b": Model("qwen2.5-7b", "tiny-qwen2", (
-        Row("ar", "jacobi", (("block_length", 1),) + NO_STOP),
+        Row("ar", "jacobi", (("window", 1),) + NO_STOP),
         Row("jacobi", "jacobi", NO_STOP),
         Row("jacobi-forcing", "jacobi-forcing", NO_STOP),
         Row("lookahead", "lookahead", NO_STOP),

@@ -53,9 +53,9 @@ def speed(model_dir: Path, batch: int, repeats: int, n: int) -> list[dict]:
     ids, mask = left_pad(rows, pad)
     g = GEN_LENGTH
     out = []
-    for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, block_length=n)),
+    for label, config in (("jacobi n=%d" % n, SamplerConfig.preset("jacobi", gen_length=g, window=n)),
                           ("jacobi-forcing n=%d" % n, SamplerConfig.preset("jacobi-forcing", gen_length=g,
-                                                                            block_length=n))):
+                                                                            window=n))):
         # each: the best of `repeats` after a call that compiles and warms up
         loop = timed(lambda: jaxdllm.generate(model, ids, config, attention_mask=mask), repeats=repeats)
         stepwise = timed(lambda: jaxdllm.generate_stepwise(model, ids, config, attention_mask=mask), repeats=repeats)
@@ -93,7 +93,7 @@ def by_n(model_dirs: list[Path], ns: list[int], n_prompts: int) -> list[dict]:
             ids, mask = left_pad(prompts(tokenizer, n_prompts, tasks), pad)
             for preset in ("jacobi", "jacobi-forcing"):
                 for n in ns:
-                    config = SamplerConfig.preset(preset, gen_length=GEN_LENGTH, block_length=n)
+                    config = SamplerConfig.preset(preset, gen_length=GEN_LENGTH, window=n)
                     res = jaxdllm.generate(model, ids, config, attention_mask=mask)
                     tokens = sum(answer_length(r, eos) for r in res.tokens[:, ids.shape[1]:])
                     out.append(dict(model=model_dir.name, tasks=group, sampler=preset, n=n,

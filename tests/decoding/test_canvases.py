@@ -54,7 +54,7 @@ def test_a_policy_must_derive_from_its_canvas_policy_base():
 
     with pytest.raises(ConfigError, match="policy 'commits_on_a_draft' decodes on canvas 'draft_canvas', whose "
                                           "policies derive from DraftVerifyPolicy"):
-        SamplerConfig(policy=CommitsOnADraft(), gen_length=8, block_length=4)
+        SamplerConfig(policy=CommitsOnADraft(), gen_length=8)
 
     @dataclasses.dataclass(frozen=True)
     class Nowhere(Policy):
@@ -75,10 +75,11 @@ def test_every_preset_names_a_registered_canvas_that_takes_its_policy():
 
 
 def test_resizing_asks_the_canvas():
-    """A draft window stays the published one (at most the canvas); a diffusion block becomes the largest
-    divisor of the new length up to the published block; one block over the canvas stays one block."""
-    assert SamplerConfig.preset("jacobi", gen_length=48).block_length == 16
-    assert SamplerConfig.preset("jacobi", gen_length=8).block_length == 8
+    """A diffusion block becomes the largest divisor of the new length up to the published block; one
+    block over the canvas stays one block; a canvas without blocks keeps the loop's default (Jacobi's
+    window, the policy's own setting, stays the published one, at most the canvas)."""
+    assert SamplerConfig.preset("jacobi", gen_length=48).block_length == 128
+    assert SamplerConfig.preset("jacobi", gen_length=8).window == 8
     assert SamplerConfig.preset("llada", gen_length=48).block_length == 24
     assert SamplerConfig.preset("dream", gen_length=48).block_length == 48
 

@@ -65,7 +65,7 @@ def test_jacobi_equals_transformers_greedy(saved, gen, window, variant):
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
     ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
     want = hf_greedy(hf, ids, mask, gen)
-    config = SamplerConfig(policy=Jacobi(**VARIANTS[variant]), gen_length=gen, block_length=window, prompt_bucket=8)
+    config = SamplerConfig(policy=Jacobi(**VARIANTS[variant]), gen_length=gen, window=window, prompt_bucket=8)
     out = jaxdllm.generate(model, ids, config, attention_mask=mask, key=jax.random.PRNGKey(gen))
     width = ids.shape[1]
     np.testing.assert_array_equal(out.tokens[:, width:], want)
@@ -89,7 +89,7 @@ def test_recycling_accepts_repeated_spans_in_fewer_forwards(saved):
     nfe = {}
     for name, policy in (("plain", Jacobi()), ("recycle", Jacobi(recycle=4)),
                          ("both", Jacobi(blocks=2, spawn_ratio=0.5, recycle=4))):
-        out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, block_length=4, prompt_bucket=8),
+        out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, window=4, prompt_bucket=8),
                                attention_mask=mask)
         np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
         nfe[name] = out.nfe
@@ -105,7 +105,7 @@ def test_jacobi_stops_rows_at_their_eos(saved):
     eos = int(plain[0, 5])  # a token row 0 emits mid-answer becomes EOS
     want = hf_greedy(hf, ids, mask, gen, eos=eos)
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
-    out = jaxdllm.generate(model, ids, SamplerConfig(policy="jacobi", gen_length=gen, block_length=6,
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy="jacobi", gen_length=gen, window=6,
                                                      prompt_bucket=8, stop_at_eos=True), attention_mask=mask)
     assert_greedy_up_to_eos(out.tokens[:, ids.shape[1]:], want, eos)
     first = int(np.nonzero(want[0] == eos)[0][0])
@@ -119,10 +119,10 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
 
     _, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
-    config = SamplerConfig(policy="jacobi", gen_length=8, block_length=4, prompt_bucket=8)
+    config = SamplerConfig(policy="jacobi", gen_length=8, window=4, prompt_bucket=8)
     ids, mask, _ = prompts([3, 5], seed=1, vocab=model.config.vocab_size)
     graphdef, params = nnx.split(model)
-    for c in (config, SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)):
+    for c in (config, SamplerConfig.preset("jacobi-forcing", gen_length=8, window=4, prompt_bucket=8, stop_at_eos=False)):
         prep = sampler.prepare(model.config, ids, mask, c)
         text = str(jax.make_jaxpr(lambda p: loop.decode(graphdef, p, prep.ids, prep.seg, prep.valid,
                                                         jax.random.PRNGKey(0), canvas=c.canvas, lay=prep.lay,
@@ -136,10 +136,38 @@ def test_jacobi_is_one_compiled_loop_and_refuses_diffusion_models(saved):
     with pytest.raises(ConfigError, match="own exact KV cache"):
         SamplerConfig(policy="jacobi", cache="dual")
     from jaxdllm.decoding.policies import Jacobi
-    for bad, match in (({"blocks": -1}, "blocks must be"), ({"spawn_ratio": 0.0}, "spawn_ratio"),
+    for bad, match in (({"window": 0}, "window must be"), ({"blocks": -1}, "blocks must be"),
+                       ({"spawn_ratio": 0.0}, "spawn_ratio"),
                        ({"recycle": 4, "recycle_capacity": 2}, "recycle_capacity")):
         with pytest.raises(ConfigError, match=match):
             SamplerConfig(policy=Jacobi(**bad))
+
+
+def test_the_draft_window_is_the_policys_own_setting_not_block_length():
+    """`block_length` is the diffusion block only: on a draft-and-verify policy it is an error that
+    names the policy's setting; Jacobi's window is `window`, which has one owner, and a new
+    `gen_length` keeps the published window, at most the canvas."""
+    from jaxdllm.decoding.config import setting_owners
+
+    with pytest.raises(ConfigError, match=r"^block_length is the diffusion block; policy 'jacobi' decodes without "
+                                          r"blocks: set its draft window with window=16$"):
+        SamplerConfig(policy="jacobi", block_length=16)
+    with pytest.raises(ConfigError, match="policy 'lookahead' decodes without blocks: drop block_length"):
+        SamplerConfig.preset("lookahead", block_length=4)
+    with pytest.raises(ConfigError, match="window=4"):
+        SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4)
+    assert setting_owners()["window"] == ("policy", "policy 'jacobi'")
+    assert [name for name, cls in jaxdllm.decoding.POLICIES.items() if "window" in cls.settings()] == ["jacobi"]
+
+    jacobi = SamplerConfig.preset("jacobi")
+    assert (jacobi.window, jacobi.block_length) == (16, 128)  # block_length: the loop's default, unused
+    assert SamplerConfig.preset("jacobi", gen_length=48).window == 16  # the published window
+    assert SamplerConfig.preset("jacobi", gen_length=8).window == 8  # at most the canvas
+    assert jacobi.resized(64).window == 16 and jacobi.resized(4).window == 4
+    assert SamplerConfig.preset("jacobi-forcing", gen_length=32).window == 32
+    assert SamplerConfig.preset("jacobi", gen_length=8, window=4).window == 4  # an explicit window stays
+    assert SamplerConfig.preset("jacobi", gen_length=8).resized(64).window == 8  # the window it was given
+    assert SamplerConfig.preset("lookahead", gen_length=8).block_length == 128
 
 
 def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):
@@ -167,7 +195,7 @@ def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):
                     if t not in plain[r, :i] and (plain[r, i + 1:] != t).any())
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD, eos_token_id=eos)
     policy = OracleDraft(draft=tuple(map(tuple, plain.tolist())))
-    out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, block_length=gen,
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy=policy, gen_length=gen, window=gen,
                                                      prompt_bucket=8, stop_at_eos=True), attention_mask=mask)
     got = out.tokens[row, ids.shape[1]:]
     end = int(np.argmax(plain[row] == eos)) + 1
@@ -179,7 +207,7 @@ def test_tokens_accepted_past_eos_in_the_same_window_become_eos(saved):
 def test_jacobi_compiles_once_per_prompt_bucket(saved, compiles):
     _, path = saved
     model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
-    config = SamplerConfig.preset("jacobi-forcing", gen_length=8, block_length=4, prompt_bucket=8, stop_at_eos=False)
+    config = SamplerConfig.preset("jacobi-forcing", gen_length=8, window=4, prompt_bucket=8, stop_at_eos=False)
     ids_a, mask_a, _ = prompts([3, 5], seed=4, vocab=model.config.vocab_size)
     ids_b, mask_b, _ = prompts([2, 7], seed=5, vocab=model.config.vocab_size)  # other lengths, the same 8-token bucket
     ids_c, mask_c, _ = prompts([9, 4], seed=6, vocab=model.config.vocab_size)  # the next bucket

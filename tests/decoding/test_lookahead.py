@@ -28,7 +28,7 @@ def test_lookahead_equals_transformers_greedy(saved, setting):
     gen = 40
     ids, mask, _ = prompts([3, 9, 6], seed=11, vocab=hf.config.vocab_size)
     want = hf_greedy(hf, ids, mask, gen)
-    config = SamplerConfig(policy=Lookahead(**SETTINGS[setting]), gen_length=gen, block_length=4, prompt_bucket=8)
+    config = SamplerConfig(policy=Lookahead(**SETTINGS[setting]), gen_length=gen, prompt_bucket=8)
     out = jaxdllm.generate(model, ids, config, attention_mask=mask)
     np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
     level = config.policy.level
@@ -52,7 +52,7 @@ def test_repeated_text_is_accepted_several_tokens_a_forward_and_the_kv_move_keep
     ids, mask, _ = prompts([3, 9, 6], seed=gen, vocab=hf.config.vocab_size)
     want = hf_greedy(hf, ids, mask, gen)
     config = SamplerConfig(policy=Lookahead(level=4, window_size=6, guess_set_size=4), gen_length=gen,
-                           block_length=4, prompt_bucket=8)
+                           prompt_bucket=8)
     out = jaxdllm.generate(model, ids, config, attention_mask=mask)
     np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
     assert out.nfe.sum() < 0.8 * gen * len(ids), out.nfe
@@ -99,7 +99,7 @@ class DictPool:
 def test_pool_keeps_guess_set_size_per_key_without_duplicates_newest_first():
     policy = Lookahead(level=3, window_size=2, guess_set_size=3, pool_capacity=6)
     ids = jnp.zeros((2, 4), jnp.int32)
-    _, state = policy.start(ids, jnp.ones((2, 4), jnp.int32), 8, 4, jax.random.PRNGKey(0))
+    _, state = policy.start(ids, jnp.ones((2, 4), jnp.int32), 8, jax.random.PRNGKey(0))
     ref = [DictPool(3, 6), DictPool(3, 6)]
     rng = np.random.RandomState(0)
     for _ in range(60):
@@ -143,10 +143,10 @@ def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
         draft_tokens: int = 3
         name = "test_prompt_lookup"
 
-        def layout(self, block_length):
+        def layout(self):
             return VerifyLayout(levels=0, width=0, branches=1, branch_len=self.draft_tokens)
 
-        def start(self, prompt, seg, gen_length, block_length, key):
+        def start(self, prompt, seg, gen_length, key):
             return jnp.broadcast_to(prompt[:, -1:], (prompt.shape[0], gen_length)), prompt.astype(jnp.int32)
 
         def propose(self, prompt, last, draft):
@@ -162,7 +162,7 @@ def test_a_draft_and_verify_policy_defined_outside_plugs_into_the_loop(saved):
     gen = 20
     ids, mask, _ = prompts([12, 16], seed=5, vocab=hf.config.vocab_size)
     want = hf_greedy(hf, ids, mask, gen)
-    out = jaxdllm.generate(model, ids, SamplerConfig(policy="test_prompt_lookup", gen_length=gen, block_length=4,
+    out = jaxdllm.generate(model, ids, SamplerConfig(policy="test_prompt_lookup", gen_length=gen,
                                                      prompt_bucket=8), attention_mask=mask)
     np.testing.assert_array_equal(out.tokens[:, ids.shape[1]:], want)
     assert (out.nfe <= gen).all()

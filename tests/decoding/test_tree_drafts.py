@@ -74,7 +74,7 @@ def test_the_published_tree_and_the_chain():
     layout = VerifyLayout(0, 0, 0, 0, parents)
     assert layout.length == 64 and layout.accept_width == 5
     np.testing.assert_array_equal(layout.position_offsets()[1:], depth)
-    assert SamplerConfig.preset("bpd").policy.layout(0).tree == (-1, 0, 1, 2)
+    assert SamplerConfig.preset("bpd").policy.layout().tree == (-1, 0, 1, 2)
 
 
 def naive_typical(tree_paths, logits, nodes_tok, temperature, eps, alpha):

@@ -104,7 +104,7 @@ def test_a_checkpoint_without_a_preset_gets_its_card_table():
     assert all(c.policy.canvas == "masked_canvas" for c in diffusion.values())
     causal = checkpoint_samplers(DEFAULT_MODEL.parent / "tasks-qwen2-small", gen_length=8)
     assert list(causal) == ["ar", "jacobi", "jacobi-mr"]
-    assert [c.block_length for c in causal.values()][0] == 1 and all(c.gen_length == 8 for c in causal.values())
+    assert [c.window for c in causal.values()] == [1, 8, 8] and all(c.gen_length == 8 for c in causal.values())
     with pytest.raises(ConfigError, match="need --preset"):
         checkpoint_samplers(DEFAULT_MODEL, sweep={"threshold": [0.5]})
     with pytest.raises(ConfigError, match="disagree"):

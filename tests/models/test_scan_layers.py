@@ -74,7 +74,7 @@ def test_scanned_model_loads_sharded_and_saves_the_same_checkpoint(checkpoint, t
 def test_scanned_models_decode_the_same_tokens(checkpoint, tmp_path):
     _, path = checkpoint
     ids, mask, _ = prompts([3, 6], seed=5, vocab=128)
-    jacobi = SamplerConfig(policy="jacobi", gen_length=10, block_length=4, prompt_bucket=8)
+    jacobi = SamplerConfig(policy="jacobi", gen_length=10, window=4, prompt_bucket=8)
     a = jaxdllm.generate(jaxdllm.from_pretrained(path, pad_token_id=0), ids, jacobi, attention_mask=mask)
     b = jaxdllm.generate(jaxdllm.from_pretrained(path, pad_token_id=0, scan_layers=True), ids, jacobi,
                          attention_mask=mask)

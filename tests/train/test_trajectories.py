@@ -24,7 +24,7 @@ def trajectories(tmp_path_factory):
     model = jaxdllm.from_pretrained(MODEL)
     tokenizer = Tokenizer.from_pretrained(MODEL)
     examples = make_mixture(["copy", "sort", "add", "perm"], 6, seed=5, split="test")
-    config = SamplerConfig.preset("jacobi", gen_length=16, block_length=8, draft_init="prompt")
+    config = SamplerConfig.preset("jacobi", gen_length=16, window=8, draft_init="prompt")
     stats = generate_answers(model, tokenizer, examples, config, out, batch_size=8, progress=False, trajectories=True)
     return out, [json.loads(line) for line in out.read_text().splitlines()], stats, model.config.eos_token_id
 

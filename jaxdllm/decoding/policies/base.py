@@ -128,6 +128,11 @@ class Policy(Settings):
         the loop (e.g. SpecDiff's drafter), for prompts of `prompt_len` tokens; () for none."""
         return ()
 
+    def resized_settings(self, gen_length: int, new_gen_length: int) -> dict:
+        """Settings of this policy that a preset published at `gen_length` changes for a canvas of
+        `new_gen_length` (`SamplerConfig.resized`; e.g. Jacobi's window, at most the canvas); {} for none."""
+        return {}
+
     def init_state(self, batch: int, block_length: int, vocab_size: int):
         """The policy's carry at the start of a generation (a pytree of arrays)."""
         return jnp.zeros((), jnp.float32)

@@ -189,16 +189,18 @@ class DraftVerifyPolicy(Policy):
         if config.temperature != 0:
             raise ConfigError(f"policy={self.name!r} verifies drafts against greedy decoding: set temperature = 0")
 
-    def layout(self, block_length: int) -> VerifyLayout:
-        """The forward's layout for the config's `block_length`."""
+    def layout(self) -> VerifyLayout:
+        """The forward's layout, from the policy's own settings (a draft-and-verify policy has no
+        diffusion block: `SamplerConfig.block_length` is not its setting; Jacobi's draft window is
+        its `window`)."""
         raise NotImplementedError
 
-    def in_flight_end(self, first: jax.Array, answer_start: int, block_length: int) -> jax.Array:
+    def in_flight_end(self, first: jax.Array, answer_start: int) -> jax.Array:
         """`[B]` canvas index where the positions a step may accept end, for rows whose first
         undecided position is `first [B]` (default: every position a branch reaches)."""
-        return first + self.layout(block_length).accept_width
+        return first + self.layout().accept_width
 
-    def start(self, prompt: jax.Array, seg: jax.Array, gen_length: int, block_length: int,
+    def start(self, prompt: jax.Array, seg: jax.Array, gen_length: int,
               key: jax.Array) -> tuple[jax.Array, Any]:
         """`(first draft [B, gen_length], carry)` for left-padded `prompt [B, Lp]` (`seg` 0 on padding)."""
         raise NotImplementedError
@@ -254,14 +256,14 @@ class TreeDraftPolicy(DraftVerifyPolicy):
         """The draft tree: each node's parent (-1: the current token)."""
         raise NotImplementedError
 
-    def layout(self, block_length: int) -> VerifyLayout:
+    def layout(self) -> VerifyLayout:
         return VerifyLayout(0, 0, 0, 0, self.tree_parents())
 
     def accept(self, predictions, proposal, candidates, logits=None, key=None, temperature=0.0) -> Accepted:
         """Greedy: `predictions [B, 1 + N]` the argmax at the current token and at every node
         (`logits [B, 1 + N, V]`, the step's `key` and the sampler's `temperature` are there for
         sampling rules)."""
-        tree = self.layout(0).mask_tree()
+        tree = self.layout().mask_tree()
         parent = np.asarray(tree[1:])
         verified = tree_verified(tree, proposal.nodes == predictions[:, parent])
         return tree_accept(tree, proposal.nodes, predictions, verified, candidates)

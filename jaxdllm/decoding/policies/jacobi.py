@@ -10,10 +10,10 @@ are committed; the others become the next draft.
 
 Which positions are in flight:
 
-* `blocks = 0` (default): a sliding window of `block_length` positions from the first undecided
-  one, crossing block boundaries.
+* `blocks = 0` (default): a sliding window of `window` positions from the first undecided
+  one.
 * `blocks = K >= 1`: the published block schedule (Jacobi Forcing's multi-block decoding). The
-  answer is cut into blocks of `n = block_length`; the block holding the first undecided
+  answer is cut into blocks of `n = window`; the block holding the first undecided
   position is real-active, and the next block joins (up to K in flight) once the newest one has
   accepted at least `ceil(spawn_ratio * n)` tokens. The window is `K n` wide; positions past the
   blocks in flight keep their draft and are not accepted. `blocks = 1` is plain block-by-block
@@ -43,11 +43,14 @@ DRAFT_INITS = ("prompt", "repeat")
 
 @dataclasses.dataclass(frozen=True)
 class Jacobi(DraftVerifyPolicy):
-    """`draft_init`: the first draft; `prompt` (published: tokens drawn at random from the row's
+    """`window`: the draft window n (the published 16; 1 is autoregressive decoding); it is this
+    policy's own setting, not the sampler's diffusion `block_length`. `draft_init`: the first
+    draft; `prompt` (published: tokens drawn at random from the row's
     prompt) or `repeat` (the last prompt token repeated). `blocks`, `spawn_ratio`: multi-block
     decoding (0: sliding window; published K = 2, r = 0.85). `recycle`, `recycle_capacity`:
     rejection recycling (0: off; published 4 candidates). See the module docstring."""
 
+    window: int = 16
     draft_init: str = "prompt"
     blocks: int = 0
     spawn_ratio: float = 0.85
@@ -57,6 +60,8 @@ class Jacobi(DraftVerifyPolicy):
 
     def check(self, config):
         super().check(config)
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+            raise ConfigError(f"window must be an integer >= 1 (the draft window), got {self.window!r}")
         if self.draft_init not in DRAFT_INITS:
             raise ConfigError(f"draft_init must be one of {DRAFT_INITS}, got {self.draft_init!r}")
         for name in ("blocks", "recycle"):
@@ -69,16 +74,20 @@ class Jacobi(DraftVerifyPolicy):
         if not 0.0 < self.spawn_ratio <= 1.0:
             raise ConfigError(f"spawn_ratio must be in (0, 1], got {self.spawn_ratio}")
 
-    def layout(self, block_length: int) -> VerifyLayout:
-        """No lookahead window; the regular draft plus `recycle` pooled ones, each `W - 1` tokens
-        (`W = block_length * max(blocks, 1)` positions in flight)."""
-        return VerifyLayout(0, 0, 1 + self.recycle, block_length * max(self.blocks, 1) - 1)
+    def resized_settings(self, gen_length: int, new_gen_length: int) -> dict:
+        """The draft window stays the published one, at most the new canvas."""
+        return {"window": min(self.window, new_gen_length)}
 
-    def in_flight_end(self, first: jax.Array, answer_start: int, block_length: int) -> jax.Array:
+    def layout(self) -> VerifyLayout:
+        """No lookahead window; the regular draft plus `recycle` pooled ones, each `W - 1` tokens
+        (`W = window * max(blocks, 1)` positions in flight)."""
+        return VerifyLayout(0, 0, 1 + self.recycle, self.window * max(self.blocks, 1) - 1)
+
+    def in_flight_end(self, first: jax.Array, answer_start: int) -> jax.Array:
         """The sliding window's end, or the end of the blocks in flight (multi-block decoding)."""
+        n = self.window
         if not self.blocks:
-            return first + block_length
-        n = block_length
+            return first + n
         block_start = answer_start + (first - answer_start) // n * n
         accepted = first - block_start
         need = math.ceil(round(self.spawn_ratio * n, 6))
@@ -94,11 +103,11 @@ class Jacobi(DraftVerifyPolicy):
         pick = lp - 1 - jax.random.randint(key, (b, length), 0, 1 << 30) % real[:, None]
         return jnp.take_along_axis(prompt, pick, axis=1)
 
-    def start(self, prompt, seg, gen_length, block_length, key):
+    def start(self, prompt, seg, gen_length, key):
         draft = self.initial_draft(prompt, seg, gen_length, key)
         if not self.recycle:
             return draft, jnp.zeros((), jnp.float32)
-        b, cap, w = prompt.shape[0], self.recycle_capacity, self.layout(block_length).accept_width
+        b, cap, w = prompt.shape[0], self.recycle_capacity, self.layout().accept_width
         return draft, {"keys": jnp.full((b, cap), -1, jnp.int32), "tails": jnp.zeros((b, cap, w), jnp.int32),
                        "next": jnp.zeros((b,), jnp.int32)}
 

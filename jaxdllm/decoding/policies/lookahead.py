@@ -21,7 +21,7 @@ reference implementation's `POOL_FROM_PROMPT` seeds the pool with the prompt's n
 start as tokens drawn from the row's prompt (the reference implementation's initialisation) and
 n-grams are pooled once every level but the first has been produced by the model. Here the pool
 has a fixed size (a JAX carry), where the reference implementation's dictionary grows without
-bound. `block_length` is not used.
+bound. It has no diffusion block and no Jacobi window: its window is `window_size`.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ class Lookahead(DraftVerifyPolicy):
             raise ConfigError(f"pool_capacity must be an integer >= guess_set_size ({self.guess_set_size}), "
                               f"got {self.pool_capacity!r}")
 
-    def layout(self, block_length: int) -> VerifyLayout:
+    def layout(self) -> VerifyLayout:
         return VerifyLayout(self.level - 1, self.window_size, self.guess_set_size, self.level - 1)
 
-    def start(self, prompt, seg, gen_length, block_length, key):
+    def start(self, prompt, seg, gen_length, key):
         b, lp = prompt.shape
         n, w = self.level - 1, self.window_size
         real = jnp.maximum(seg.sum(1), 1)  # tokens of each row, right-aligned

@@ -128,7 +128,7 @@ class Medusa(TreeDraftPolicy):
                               "pass choices no deeper than that")
         return heads
 
-    def start(self, prompt, seg, gen_length, block_length, key):
+    def start(self, prompt, seg, gen_length, key):
         b = prompt.shape[0]
         return (jnp.broadcast_to(prompt[:, -1:], (b, gen_length)),
                 jnp.zeros((b, self.num_heads, self.top_k), jnp.int32))
@@ -155,7 +155,7 @@ class Medusa(TreeDraftPolicy):
     def accept(self, predictions, proposal, candidates, logits=None, key=None, temperature=0.0):
         if self.acceptance == "greedy":
             return super().accept(predictions, proposal, candidates)
-        return typical_accept(self.layout(0).mask_tree(), proposal.nodes, logits, candidates, key, temperature,
+        return typical_accept(self.layout().mask_tree(), proposal.nodes, logits, candidates, key, temperature,
                               self.posterior_threshold, self.posterior_alpha)
 
     def update(self, state, last, proposal, lookahead_predictions, tokens, active, seen=None):

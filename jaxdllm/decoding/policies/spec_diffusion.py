@@ -126,7 +126,7 @@ class SpecDiffusion(TreeDraftPolicy):
         the prefill window (the prompt and the answer as MASK), whose logits it keeps."""
         from jaxdllm.decoding.canvas import CompanionFootprint
         window = prompt_len + config.gen_length
-        slots = window + self.layout(0).accept_width + config.gen_length
+        slots = window + self.layout().accept_width + config.gen_length
         return (CompanionFootprint("drafter", kv_slots=slots, widest=window, logits=window),)
 
     def load_params(self, directory, config, **load_options):
@@ -134,7 +134,7 @@ class SpecDiffusion(TreeDraftPolicy):
         its tokenizer is the model's; `load_options` go to `from_pretrained` (`mesh=`, `dtype=`)."""
         return load_companion(directory, self.drafter, self.name, "drafter", **load_options)
 
-    def start(self, prompt, seg, gen_length, block_length, key):
+    def start(self, prompt, seg, gen_length, key):
         b = prompt.shape[0]
         return jnp.broadcast_to(prompt[:, -1:], (b, gen_length)), _Pending(prompt, seg, gen_length, key)
 
@@ -154,7 +154,7 @@ class SpecDiffusion(TreeDraftPolicy):
             raise ConfigError(f"prompt ({lp} tokens after padding) + gen_length ({state.gen_length}) exceeds the "
                               f"drafter's max_position ({params.config.max_position}): lower gen_length")
         g = state.gen_length
-        cache = params.init_cache(b, lp + g + self.layout(0).accept_width + g)
+        cache = params.init_cache(b, lp + g + self.layout().accept_width + g)
         pad = (lp - seg.sum(1)).astype(jnp.int32)
         tokens = jnp.concatenate([prompt, jnp.zeros((b, g), prompt.dtype)], 1).astype(jnp.int32)
         window_seg = jnp.concatenate([seg, jnp.ones((b, g), seg.dtype)], 1).astype(jnp.int32)
@@ -172,7 +172,7 @@ class SpecDiffusion(TreeDraftPolicy):
                         draft_probs=state.probs)
 
     def accept(self, predictions, proposal, candidates, logits=None, key=None, temperature=0.0):
-        tree = self.layout(0).mask_tree()
+        tree = self.layout().mask_tree()
         if temperature == 0:
             parent = np.asarray(tree[1:])
             passes = (proposal.nodes == predictions[:, parent]) & proposal.valid

@@ -62,7 +62,7 @@ class TokenRecycling(TreeDraftPolicy):
     def tree_parents(self):
         return choices_tree(self.choices)[0]
 
-    def start(self, prompt, seg, gen_length, block_length, key):
+    def start(self, prompt, seg, gen_length, key):
         b = prompt.shape[0]
         return jnp.broadcast_to(prompt[:, -1:], (b, gen_length)), jnp.zeros((b,), jnp.int32)
 
