@@ -160,8 +160,11 @@ def test_resizing_keeps_a_jacobi_window_and_a_checkpoints_one_block():
 
 
 def test_an_incoherent_combination_names_the_setting_to_pass():
+    # a bidirectional model decodes whole blocks (a block-causal one decodes any gen_length)
+    partial_blocks = SamplerConfig.preset("llada", gen_length=20, block_length=8)
     with pytest.raises(ConfigError, match=r"pass block_length= one of \[1, 2, 4, 5, 10, 20\]"):
-        SamplerConfig.preset("llada", gen_length=20, block_length=8)
+        partial_blocks.canvas.check_model(jaxdllm.ModelConfig.preset("tiny-llada"), partial_blocks)
+    partial_blocks.canvas.check_model(jaxdllm.ModelConfig.preset("tiny-block-diffusion"), partial_blocks)
     with pytest.raises(ConfigError, match="pass steps=4"):
         SamplerConfig.preset("llada", gen_length=16, block_length=4, steps=7)
     with pytest.raises(ConfigError, match="pass steps=16 or fewer"):
