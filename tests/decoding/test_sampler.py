@@ -12,6 +12,8 @@ from flax import nnx
 
 import jaxdllm
 from jaxdllm import ConfigError, SamplerConfig
+from jaxdllm.decoding.canvases import canvas_class
+from jaxdllm.decoding.policies import policy_class
 from support import registries
 from support.forward import forward
 from support.models import tiny_model, two_layer_diffusiongemma
@@ -96,7 +98,10 @@ def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
     net = {"causal": causal_model, "diffusiongemma": two_layer_diffusiongemma()}.get(setup.get("model"), model)
     params = setup["params"]() if "params" in setup else None
     ids, mask, _ = prompts([5, 5], seed=3)
-    config = cfg(gen_length=32, steps=16, policy=policy, **setup.get("config", {}))
+    # a canvas without diffusion blocks takes no block_length (cfg's 8): the loop's default stands
+    blocks = {} if canvas_class(policy_class(policy).canvas).diffusion_blocks else {
+        "block_length": SamplerConfig().block_length}
+    config = cfg(gen_length=32, steps=16, policy=policy, **{**blocks, **setup.get("config", {})})
     r = jaxdllm.generate(net, ids, config, attention_mask=mask, policy_params=params)
     tokens, steps, nfe = np.asarray(r.tokens), np.asarray(r.commit_step), np.asarray(r.nfe)
     if net.config.mask_token_id is not None:
