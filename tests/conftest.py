@@ -48,12 +48,59 @@ def pytest_configure(config):
 
 
 def pytest_runtest_setup(item):
+    # before the test and its fixtures: half of the mapping limit free where JAX's caches can give
+    # it back (below: a process that arrives near the limit, e.g. after a long test of one module)
+    _drop_compiled_programs(_MAP_LIMIT // 2 if _MAP_LIMIT is not None else 0)
     if item.get_closest_marker("mesh") and jax.device_count() < MESH_DEVICES:
         count = re.search(rf"{_DEVICE_FLAG}=(\d+)", os.environ.get("XLA_FLAGS", ""))
         pytest.fail(f"this mesh test needs {MESH_DEVICES} CPU devices but JAX has {jax.device_count()}: "
                     f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} was set before the run"
                     + (f" with {_DEVICE_FLAG}={count.group(1)}" if count else "")
                     + f"; unset XLA_FLAGS or give {_DEVICE_FLAG}={MESH_DEVICES}", pytrace=False)
+
+
+# XLA's CPU backend maps each compiled program's code into the process: 15-35 memory mappings for
+# a tiny program (the same with or without the quick-compile flags and the persistent cache), held
+# while the program lives, and JAX keeps compiled programs in in-memory caches (thousands of
+# entries: jitted functions, eager ops). A test process grows by about 100 mappings a test
+# (tests/train), so a process that runs many hundreds of tests (a serial default run; an xdist
+# worker) nears the kernel's limit (vm.max_map_count, 65530 by default). At that limit LLVM's JIT
+# cannot allocate ("LLVM compilation error: Cannot allocate memory") and the process dies with a
+# segfault or an abort inside XLA's compile (`backend_compile_and_load`) or the persistent cache's
+# serialisation (`put_executable_and_time`), where the CI crashes were. So a process past a third of its
+# limit drops JAX's in-memory caches between test modules (past half of it, before any test): that
+# frees those mappings; a program needed again is compiled or read from the persistent cache.
+def _map_limit() -> int | None:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):  # not Linux: no such limit to watch
+        return None
+
+
+_MAP_LIMIT = _map_limit()
+
+
+def memory_mappings() -> int:
+    """The number of memory mappings this process holds (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _drop_compiled_programs(threshold: int) -> None:
+    if _MAP_LIMIT is not None and memory_mappings() > threshold:
+        import gc
+        jax.clear_caches()
+        gc.collect()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the test's fixtures (a module's too, after its last test) are finalised by now
+    if _MAP_LIMIT is not None and (nextitem is None or nextitem.path != item.path):
+        _drop_compiled_programs(_MAP_LIMIT // 3)
 
 
 # The slow run's longest tests (measured, 2 workers: each 1-6 min), started first so the two
@@ -96,19 +143,6 @@ def _seed_torch():
 
 _COMPILES: list[str] = []
 _LISTENING = False
-
-
-@pytest.fixture
-def no_cache_write():
-    """The persistent compilation cache off for one test: nothing of it is read or written. For a
-    program whose serialisation into the cache crashed the test process in CI (twice in three runs
-    on a fresh clone, inside `put_executable_and_time`)."""
-    enabled = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", enabled)
 
 
 @pytest.fixture

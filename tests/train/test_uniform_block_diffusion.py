@@ -74,7 +74,7 @@ def test_training_logits_equal_the_decoding_path():
 
 
 @pytest.mark.slow  # the default run trains one step of every objective (tests/test_contracts.py)
-def test_the_loss_trains_encoder_and_denoiser(no_cache_write):
+def test_the_loss_trains_encoder_and_denoiser():
     """One gradient step of the objective moves both the encoder's and the decoder's layer scalars."""
     model = Transformer(ModelConfig.preset("tiny-diffusiongemma"), rngs=nnx.Rngs(1))
     objective = make_objective("uniform_block_diffusion", {}, model.config)
