@@ -19,6 +19,7 @@ is how a policy or cache defined outside the package plugs in.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 from jaxdllm.decoding import caches as caches_lib
@@ -47,7 +48,16 @@ def setting_owners() -> dict[str, tuple[str, str]]:
     """The table of short spellings: every sampler keyword -> `(kind, owner)`, kind "loop", "policy" or
     "cache" (a cache setting also as `cache_<name>`), from the loop's settings and the registered
     policies and caches. Each keyword has one kind of owner; a keyword claimed by two kinds (a policy
-    setting named like a cache's or a loop's) is a `ConfigError` naming both."""
+    setting named like a cache's or a loop's) is a `ConfigError` naming both. Built once per state of
+    the two registries (every `SamplerConfig` asks for it)."""
+    registered = (tuple((n, id(c)) for n, c in policies_lib.POLICIES.items()),
+                  tuple((n, id(c)) for n, c in caches_lib.CACHES.items()))
+    return dict(_owners_table(registered))
+
+
+@functools.lru_cache(maxsize=4)
+def _owners_table(registered: tuple) -> tuple:
+    """`setting_owners`' table as items, for one state of the registries (`registered`: its cache key)."""
     table = {name: ("loop", "the loop") for name in _LOOP_DEFAULTS}
 
     def claim(key: str, kind: str, owner: str) -> None:
@@ -63,7 +73,7 @@ def setting_owners() -> dict[str, tuple[str, str]]:
         for setting in cls.settings():
             claim(setting, "cache", f"cache {name!r}")
             claim(_CACHE_PREFIX + setting, "cache", f"cache {name!r}")
-    return table
+    return tuple(table.items())
 
 
 def _owners_of(setting: str) -> tuple[str, list[str]]:
