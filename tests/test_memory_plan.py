@@ -71,8 +71,8 @@ def _xla_bytes(compiled) -> int:
 
 # Per registered canvas: the presets whose compiled loop the plan is held to, each with its model
 # preset (and overrides) and the second model its policy runs ({role: model preset}). A canvas without an
-# entry fails the test, naming this table. The default run compiles APD's (both models of the loop); the
-# others are in the slow run (the default run's 6-minute budget).
+# entry fails the test, naming this table. All are in the slow run (the default run's 6-minute budget;
+# it keeps test_a_plan_of_a_loop_with_a_second_model_needs_that_model).
 _DG = dict(embed_dim=256, mlp_dim=1024, vocab_size=1024, block_size=256)  # the published 256-token canvas
 CANVAS_PLANS = {
     "masked_canvas": [("llada", "tiny-llada", TINY, {}), ("fast-dllm-dual", "tiny-llada", TINY, {})],
@@ -89,8 +89,7 @@ def _canvas_cases():
             yield pytest.param(canvas, None, id=canvas)
             continue
         for case in CANVAS_PLANS[canvas]:
-            marks = () if case[0] == "apd" else (pytest.mark.slow,)
-            yield pytest.param(canvas, case, id=f"{canvas}-{case[0]}", marks=marks)
+            yield pytest.param(canvas, case, id=f"{canvas}-{case[0]}", marks=pytest.mark.slow)
 
 
 @pytest.mark.parametrize("canvas,case", list(_canvas_cases()))

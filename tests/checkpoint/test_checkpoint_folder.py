@@ -78,6 +78,7 @@ def test_generate_finds_the_folder_once_and_parses_config_json_once(reads, capsy
     assert reads.file(LLADA, "config.json") == 1 and reads.file(LLADA, SAMPLER_DEFAULTS_FILE) == 1
 
 
+@pytest.mark.slow  # the default run keeps the one-model case (the default run's 6-minute budget)
 def test_generate_with_a_second_model_reads_each_checkpoint_once(reads, capsys):
     """SpecDiff's drafter comes from the model's companions.json (the shipped tasks-dream-small)."""
     drafter = pathlib.Path(json.loads((QWEN / COMPANIONS_FILE).read_text())["spec_diffusion"])

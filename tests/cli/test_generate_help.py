@@ -60,6 +60,7 @@ def test_speculative_decoding_prints_the_drafters_forwards():
     assert "| drafter forwards " in out.stderr and "answer tokens of 16" in out.stderr
 
 
+@pytest.mark.slow  # the same decoding is checked against the published loop in test_published_block_layout.py
 def test_a_block_causal_model_decodes_any_gen_length():
     """LLaDA2 with 44 tokens (not whole blocks of 16): the block stays, the answer is right."""
     out = run_cli("generate", "--model", "tasks-llada2-tiny", "--preset", "llada2", "--prompt", "reverse 4821=",

@@ -66,6 +66,7 @@ def test_every_registered_family_keeps_the_protocol_and_its_presets_build_its_mo
         assert type(model) is family.model, family.name
 
 
+@pytest.mark.slow  # the default run's 6-minute budget; the protocol checks at registration stay there
 def test_the_diffusiongemma_model_has_its_own_forward_inputs_and_the_shared_one_refuses_them():
     gemma = Transformer(ModelConfig.preset("tiny-diffusiongemma"), rngs=nnx.Rngs(0))
     assert isinstance(gemma, DiffusionGemmaTransformer)
