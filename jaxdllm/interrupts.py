@@ -57,8 +57,12 @@ class StopRequest:
 
     def check(self) -> None:
         """Raise `Interrupted` if a stop was asked for."""
-        if self.signum is not None:
-            raise Interrupted(self.signum)
+        from jaxdllm.distributed import agree_any
+
+        # In a multi-process job every process stops after the same batch (a collective: each calls
+        # `check` after each batch), also those the signal did not reach.
+        if agree_any(self.signum is not None):
+            raise Interrupted(self.signum or signal.SIGTERM)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@
   jaxdllm distill generate RECIPE.toml   the teacher's checked answers for distillation ([distill] section)
   jaxdllm distill trajectories RECIPE.toml   ... with every decoding state (Jacobi Forcing, CLLM, Learn2PD)
   jaxdllm distill learn2pd RECIPE.toml       Learn2PD's filter from those states, saved beside the model
+  jaxdllm launch -n N [--devices-per-process D] -- COMMAND   N local processes of one multi-process job
 
 The commands that compile (generate, eval, train, distill) use JAX's persistent compilation cache
 in `~/.cache/jaxdllm/xla` (`$JAXDLLM_COMPILATION_CACHE` names another folder, `off` turns it off):
@@ -21,16 +22,17 @@ import sys
 import warnings
 
 from jaxdllm.cli import (convert_command, distill_command, eval_command, generate_command, inspect_command,
-                         train_command)
+                         launch_command, train_command)
 from jaxdllm.cli.common import DEFAULT_MODEL, DEFAULT_MODEL_NAME, interrupted, parse_sets
 from jaxdllm.cli.eval_command import default_eval_dir
 
 # One module per command, in the order `jaxdllm --help` lists them. Each has `NAME`, `add_parser(sub)`
-# (its flags; `func` runs it), `COMPILES` (uses the compilation cache), `RESUMES` (what an interrupted
+# (its flags; `func` runs it), `COMPILES` (uses the compilation cache), optionally `JOINS` (joins a
+# multi-process job first: its flags or `jaxdllm launch`'s environment), `RESUMES` (what an interrupted
 # run tells the user, or None) and `MEMORY` (what to lower when the device runs out, or None). The
 # docstring above is the `--help` text.
 COMMANDS = {m.NAME: m for m in (generate_command, eval_command, inspect_command, convert_command, distill_command,
-                                train_command)}
+                                train_command, launch_command)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
         enable_compilation_cache()
     try:
+        if getattr(command, "JOINS", False):  # a multi-process job: join it before any device is touched
+            from jaxdllm.distributed import join_from_args
+
+            join_from_args(args)
         with terminate_as_interrupt():  # `kill` stops a run as Ctrl-C does: finished work kept, one line
             return args.func(args)
     except KeyboardInterrupt as e:

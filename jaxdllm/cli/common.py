@@ -125,3 +125,35 @@ def interrupted(command: str, e: KeyboardInterrupt, resumes: str | None = None) 
         line += f"; {resumes}"
     print(f"jaxdllm {command}: {line}", file=sys.stderr)
     return 143 if signal_number(e) == signal.SIGTERM else 130
+
+
+def add_mesh_argument(parser) -> None:
+    """`--mesh data=D,fsdp=F,tensor=T` on an inference command's parser."""
+    parser.add_argument("--mesh", metavar="data=D,fsdp=F,tensor=T",
+                        help="place the model on a mesh over every device of the job: parameters over fsdp and "
+                             "tensor, prompts over data and fsdp; data=-1 takes the devices the others leave "
+                             "(default: one device; in a multi-process job, fsdp over every device)")
+
+
+def inference_mesh(args):
+    """The mesh `--mesh` names (`jaxdllm.train.config.MeshSection` sizes), None for one device;
+    in a multi-process job without `--mesh`, fsdp over every device of the job."""
+    import jax
+
+    from jaxdllm.errors import ConfigError
+    from jaxdllm.train.config import MeshSection
+    from jaxdllm.train.setup import make_training_mesh
+
+    text = getattr(args, "mesh", None)
+    if text is None:
+        return None if jax.process_count() == 1 else make_training_mesh(MeshSection(data=1, fsdp=jax.device_count()))
+    sizes = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or name.strip() not in ("data", "fsdp", "tensor"):
+            raise ConfigError(f"--mesh expects data=D,fsdp=F,tensor=T (any of the three), got {text!r}")
+        try:
+            sizes[name.strip()] = int(value)
+        except ValueError:
+            raise ConfigError(f"--mesh {name.strip()} must be an integer, got {value!r}") from None
+    return make_training_mesh(MeshSection(**sizes))

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxdllm.cli.common import recipe
+from jaxdllm.distributed import add_arguments
 from jaxdllm.output_paths import check_output_file
 from jaxdllm.shipped import checkpoint_dir
 
 NAME = "distill"
 COMPILES = True
+JOINS = True  # joins a multi-process job (`jaxdllm.distributed`) before it runs
 RESUMES = "the same command resumes after the last finished batch"
 MEMORY = "[distill] batch_size or the sampler's gen_length"  # what to lower when the device runs out of memory
 
@@ -29,7 +31,7 @@ def add_parser(sub) -> None:
         p.add_argument("--out", help="JSONL file to write (default: [distill] out)")
         p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
+        add_arguments(p)
         p.set_defaults(func=run_generate)
     p = distill.add_parser("learn2pd", help="Learn2PD's filter from the recorded trajectories of a diffusion model "
                                            "([learn2pd] section); saved beside the model, where --preset learn2pd "
@@ -42,8 +44,6 @@ def add_parser(sub) -> None:
 
 def run_generate(args) -> int:
     """`distill generate` and `distill trajectories`: the teacher's answers (and states) to JSONL."""
-    import jax
-
     from jaxdllm.checkpoint.hf_config import read_config_json
     from jaxdllm.checkpoint.hf_io import from_pretrained
     from jaxdllm.errors import ConfigError
@@ -52,8 +52,6 @@ def run_generate(args) -> int:
     from jaxdllm.train.distill import generate_answers, load_prompts
     from jaxdllm.train.setup import make_training_mesh
 
-    if args.distributed:
-        jax.distributed.initialize()
     config = recipe(args)
     section = config.distill
     if section is None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxdllm.cli.common import _parse_value, open_model, parse_sets, warn_cache_notes
+from jaxdllm.cli.common import _parse_value, add_mesh_argument, inference_mesh, open_model, parse_sets, warn_cache_notes
+from jaxdllm.distributed import add_arguments
 from jaxdllm.models.run_options import QUANTIZATIONS
 from jaxdllm.output_paths import check_output_dir
 
 NAME = "eval"
 COMPILES = True
+JOINS = True  # joins a multi-process job (`jaxdllm.distributed`) before it runs
 RESUMES = "the same command resumes after the last finished batch"
 MEMORY = "--batch-size or --gen-length"  # what to lower when the device runs out of memory
 
@@ -41,6 +43,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="results directory: eval.json, pareto.png, items.jsonl (a rerun resumes); "
                                  "default runs/eval/<model name>-<hash of its path>")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_mesh_argument(p)
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -92,7 +96,7 @@ def run(args) -> int:
     if out.suffix == ".json":
         raise ConfigError(f"--out is a directory (eval.json, pareto.png and items.jsonl go inside), got {out}")
     check_output_dir(out, "--out" if args.out else "the default results folder")
-    model = from_pretrained(checkpoint, dtype="float32", quantization=args.quantize)
+    model = from_pretrained(checkpoint, dtype="float32", quantization=args.quantize, mesh=inference_mesh(args))
     tokenizer = Tokenizer.from_pretrained(checkpoint)
     version = weights_version(directory) + (f"-{args.quantize}" if args.quantize else "")
     evaluate(model, tokenizer, tasks, configs, n=n, seed=args.seed, batch_size=args.batch_size, out=out,

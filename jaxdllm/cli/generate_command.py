@@ -6,11 +6,13 @@ import argparse
 import sys
 import textwrap
 
-from jaxdllm.cli.common import open_model, parse_sets, warn_cache_notes
+from jaxdllm.cli.common import add_mesh_argument, inference_mesh, open_model, parse_sets, warn_cache_notes
+from jaxdllm.distributed import add_arguments
 from jaxdllm.models.run_options import QUANTIZATIONS
 
 NAME = "generate"
 COMPILES = True
+JOINS = True  # joins a multi-process job (`jaxdllm.distributed`) before it runs
 RESUMES = None
 MEMORY = "--gen-length or the prompt"  # what to lower when the device runs out of memory
 
@@ -73,6 +75,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--allow-unk", dest="allow_unk", action="store_true",
                    help="decode characters the tokenizer does not know as its unk token instead of stopping")
+    add_mesh_argument(p)
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -112,7 +116,7 @@ def run(args) -> int:
     config = sampler_config(args, checkpoint)  # bad options fail before any loading
     warn_cache_notes(checkpoint, [config])
     params = policy_params(checkpoint, config)  # e.g. Learn2PD's filter beside the model
-    model = from_pretrained(checkpoint, quantization=args.quantize)
+    model = from_pretrained(checkpoint, quantization=args.quantize, mesh=inference_mesh(args))
     tok = Tokenizer.from_pretrained(checkpoint)
     if not args.allow_unk:
         tok.check_known(args.prompt)
@@ -125,9 +129,10 @@ def run(args) -> int:
                    policy_params=params)
     tokens = np.asarray(out.tokens[0, len(ids):])
     seconds = time.perf_counter() - t0
-    print(tok.decode(tokens.tolist(), skip_special_tokens=True))
-    answer = answer_length(tokens, model.config.eos_token_id)
-    print(status_line(out, answer, len(tokens), seconds), file=sys.stderr)
+    if jax.process_index() == 0:  # a multi-process job prints its answer once
+        print(tok.decode(tokens.tolist(), skip_special_tokens=True))
+        answer = answer_length(tokens, model.config.eos_token_id)
+        print(status_line(out, answer, len(tokens), seconds), file=sys.stderr)
     return 0
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from jaxdllm.cli.common import recipe
+from jaxdllm.distributed import add_arguments
 from jaxdllm.models.run_options import DTYPES
 from jaxdllm.output_paths import check_output_dir
 
 NAME = "train"
 COMPILES = True
+JOINS = True  # joins a multi-process job (`jaxdllm.distributed`) before it runs
 RESUMES = "the same command resumes from the last checkpoint"
 # what to lower when the device runs out of memory
 MEMORY = "[data] batch_size or seq_len (--set data.batch_size=...), or use a larger [mesh]"
@@ -22,21 +24,17 @@ def add_parser(sub) -> None:
     p.add_argument("--export", help="write the final model as a Hugging Face checkpoint here")
     p.add_argument("--export-dtype", choices=DTYPES, default=None)
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a recipe value")
-    p.add_argument("--distributed", action="store_true", help="call jax.distributed.initialize() first")
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Train to `--steps` (or the recipe's), then export when asked."""
-    import jax
-
     from jaxdllm.train import Trainer
     from jaxdllm.validation import require_positive_int
 
     if args.steps is not None:
         require_positive_int(args.steps, "--steps")
-    if args.distributed:  # multi-host: coordinator address etc. from the environment (JAX's own rules)
-        jax.distributed.initialize()
     raw_config = recipe(args)
     workdir = args.workdir or raw_config.checkpoint.dir
     if workdir:  # where checkpoints and the export go is checked before anything is built

@@ -16,6 +16,8 @@ import json
 import warnings
 from pathlib import Path
 
+import jax
+
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.errors import ConfigError, Interrupted
 from jaxdllm.eval.runner import ItemStore, run_task, setting_key, summarize
@@ -198,7 +200,7 @@ def evaluate(model, tokenizer, tasks: list[EvalTask], samplers: dict[str, Sample
                 f"{r['timing']['tokens_per_s']:.1f} tokens/s  latency {r['timing']['latency_s']:.2f}s")
         rows["mean"] = _mean_row(rows)
         report["results"][label] = rows
-    if out is not None:
+    if out is not None and jax.process_index() == 0:  # a multi-process job writes its results once
         out.mkdir(parents=True, exist_ok=True)
         (out / "eval.json").write_text(json.dumps(report, indent=1))
         plot_pareto(report, out / "pareto.png")

@@ -76,7 +76,7 @@ class ItemStore:
     def add(self, records: list[dict]) -> None:
         for record in records:
             self._records[(record["key"], record["id"])] = record
-        if self.path is None:
+        if self.path is None or jax.process_index() != 0:  # a multi-process job writes each record once
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.folder import CACHE_NOTES_KEY, SAMPLER_DEFAULTS_FILE
 from jaxdllm.checkpoint.hf_config import require_checkpoint_folder
 from jaxdllm.data import save_char_tokenizer
+from jaxdllm.distributed import agree_any
 from jaxdllm.decoding.config import SAMPLER_PRESETS
 from jaxdllm.errors import TrainingError, TrainingInterrupted
 from jaxdllm.interrupts import deferred_signals
@@ -201,14 +203,17 @@ class Trainer:
                 if progress is not None:
                     progress.update(1)
                 saved = self.step % self.config.checkpoint.every == 0 or self.step == end
-                if self.manager is not None and (saved or caught):
+                # every process of a multi-process job stops at the same step (a collective per step)
+                stopping = agree_any(bool(caught))
+                if self.manager is not None and (saved or stopping):
                     self.save()
-                if caught:
+                if stopping:
                     if progress is not None:
                         progress.close()
                     if self.manager is not None:
                         self.manager.wait_until_finished()
-                    raise TrainingInterrupted(self.step, caught[0], saved=self.manager is not None)
+                    raise TrainingInterrupted(self.step, caught[0] if caught else signal.SIGTERM,
+                                              saved=self.manager is not None)
         if progress is not None:
             progress.close()
         if self.manager is not None:
