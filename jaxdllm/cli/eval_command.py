@@ -71,6 +71,8 @@ def samplers(args, model_dir) -> dict:
 
 def run(args) -> int:
     """Evaluate, print progress lines and the files written."""
+    import jax
+
     from jaxdllm.checkpoint import from_pretrained
     from jaxdllm.errors import ConfigError
     from jaxdllm.eval import evaluate, resolve_tasks
@@ -103,6 +105,7 @@ def run(args) -> int:
              model_id=str(directory.resolve()), model_version=version, policy_params=params,
              progress=not args.no_progress,
              log=lambda line: print(line, flush=True))
-    written = [out / name for name in ("eval.json", "pareto.png") if (out / name).is_file()]
-    print(f"wrote {' and '.join(map(str, written))}", flush=True)
+    if jax.process_index() == 0:  # a multi-process job writes (and says so) once
+        written = [out / name for name in ("eval.json", "pareto.png") if (out / name).is_file()]
+        print(f"wrote {' and '.join(map(str, written))}", flush=True)
     return 0
