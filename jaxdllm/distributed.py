@@ -68,8 +68,10 @@ def add_arguments(parser) -> None:
                             "Kubernetes, JAX_COORDINATOR_ADDRESS)")
     group.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address (with --num-processes and "
                                                                    "--process-id, on clusters JAX does not detect)")
-    group.add_argument("--num-processes", dest="num_processes", type=int, metavar="N")
-    group.add_argument("--process-id", dest="process_id", type=int, metavar="I")
+    group.add_argument("--num-processes", dest="num_processes", type=int, metavar="N",
+                       help="how many processes the job has (with --coordinator)")
+    group.add_argument("--process-id", dest="process_id", type=int, metavar="I",
+                       help="this process's rank in [0, N); process 0 runs the coordinator")
 
 
 def spec_from(args=None, environ=None) -> JoinSpec | None | str:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxdllm"
 # README's Architecture section, first paragraph: each layer imports only from itself and earlier ones.
-LAYERS = [["errors", "validation", "shipped", "extras", "output_paths", "interrupts", "compilation_cache", "sharding",
-           "attention"],
+LAYERS = [["errors", "validation", "shipped", "extras", "output_paths", "distributed", "interrupts", "compilation_cache",
+           "sharding", "attention", "launch"],
           ["models", "registry"],
           ["checkpoint", "tokenizer", "decoding", "data"],
           ["pretrained", "memory_plan", "flops"],
