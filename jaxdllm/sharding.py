@@ -145,6 +145,23 @@ def batch_axes(mesh: Mesh, rules=None) -> tuple[str, ...]:
     return (axes,) if isinstance(axes, str) else tuple(axes)
 
 
+def process_rows(mesh: Mesh, batch_size: int, rules=None) -> tuple[int, int]:
+    """`(start, stop)`: the rows of a `[batch_size, ...]` batch that this process's devices hold
+    under `batch_sharding(mesh)`, the part of every global batch this process feeds in a
+    multi-process job (all of it when rows are not split or the process holds every split).
+
+    Raises `ConfigError` when the rows this process holds are not one contiguous range (a mesh
+    whose batch axes interleave the processes' devices)."""
+    sharding = batch_sharding(mesh, 2, rules)
+    held = sorted({(idx[0].start or 0, batch_size if idx[0].stop is None else idx[0].stop)
+                   for idx in sharding.addressable_devices_indices_map((batch_size, 1)).values()})
+    start, stop = held[0][0], held[-1][1]
+    if any(a[1] != b[0] for a, b in zip(held, held[1:])):
+        raise ConfigError(f"this process's devices hold rows {held} of the batch, not one contiguous range: "
+                          "order the mesh's devices by process (jaxdllm.sharding.make_mesh does)")
+    return start, stop
+
+
 def batch_shards(mesh: Mesh, rules=None) -> int:
     """How many ways rows are split: a batch must be a multiple of this."""
     return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)]))  # 1 for no axes

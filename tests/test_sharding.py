@@ -103,3 +103,10 @@ def test_a_samplers_rules_reach_the_models_activation_constraints(ckpt, monkeypa
         assert sharding.logical_to_spec(("batch", "length", "vocab"), (8, 4, 16), mesh) == P("data", None, None)
     assert sharding.logical_to_spec(("batch", "length", "vocab"), (8, 4, 16), mesh) == P(("data", "fsdp"), None,
                                                                                           "tensor")
+
+
+def test_process_rows_of_a_single_process_job_are_the_whole_batch():
+    from jaxdllm.sharding import process_rows
+
+    for sizes in ((8, 1, 1), (2, 2, 2), (1, 1, 8)):  # rows split 8, 4 ways, or replicated: one process holds all
+        assert process_rows(sharding.make_mesh(*sizes), 16) == (0, 16)

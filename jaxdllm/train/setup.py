@@ -210,25 +210,32 @@ def init_optimizer(tx: optax.GradientTransformation, trainable: dict, mesh: Mesh
     return jax.device_put(init(trainable), shardings), shardings
 
 
-def batch_config_for(config: TrainConfig, model_config=None) -> BatchConfig:
-    """The batching of a recipe; this process keeps its slice of every global batch. For a
-    block-causal `model_config`, packed examples start on block boundaries (rows of one example
-    start at column 0 anyway): the blocks of training rows sit where decoding puts them."""
+def batch_config_for(config: TrainConfig, model_config=None, mesh: Mesh | None = None) -> BatchConfig:
+    """The batching of a recipe; this process keeps its slice of every global batch: the rows its
+    devices hold on `mesh` (`sharding.process_rows`; without a mesh, the `process_index`-th of
+    `process_count` equal slices). For a block-causal `model_config`, packed examples start on
+    block boundaries (rows of one example start at column 0 anyway): the blocks of training rows
+    sit where decoding puts them."""
     packed_layout = data_source(config.data.source).packed_layout  # rows already laid out: no EOS fill after them
     block_causal = model_config is not None and model_config.attention == "block_causal"
+    num_shards, shard_index = jax.process_count(), jax.process_index()
+    if mesh is not None:
+        start, stop = shd.process_rows(mesh, config.data.batch_size)
+        num_shards, shard_index = config.data.batch_size // (stop - start), start // (stop - start)
     return BatchConfig(seq_len=config.data.seq_len, batch_size=config.data.batch_size, seed=config.data.seed,
                        pack=config.data.pack, fill_with_eos=not (config.data.pack or packed_layout),
                        align=model_config.block_size if block_causal else 1,
                        on_too_long=config.data.on_too_long,
                        add_bos=not config.data.chat_template,  # the template carries its own BOS
-                       num_shards=jax.process_count(), shard_index=jax.process_index())
+                       num_shards=num_shards, shard_index=shard_index)
 
 
 def make_batches(config: TrainConfig, tokenizer: Tokenizer, objective, state: dict | None = None,
-                 model_config=None) -> BatchIterator:
-    """The recipe's batch iterator, from its `[data] source` (`jaxdllm.train.data_sources`)."""
+                 model_config=None, mesh: Mesh | None = None) -> BatchIterator:
+    """The recipe's batch iterator, from its `[data] source` (`jaxdllm.train.data_sources`); in a
+    multi-process job it yields this process's rows of each global batch on `mesh`."""
     return data_source(config.data.source)().batches(config, tokenizer, objective,
-                                                     batch_config_for(config, model_config), state)
+                                                     batch_config_for(config, model_config, mesh), state)
 
 
 def checkpoint_manager(workdir: Path | None, section) -> ocp.CheckpointManager | None:

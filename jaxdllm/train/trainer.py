@@ -100,8 +100,9 @@ class Trainer:
             self.opt_state, self._opt_shardings = setup.init_optimizer(self.tx, self.trainable, self.mesh)
         self.step = 0
 
-        self.batch_config = setup.batch_config_for(config, self.model_config)
-        self.batches = setup.make_batches(config, self.tokenizer, self.objective, model_config=self.model_config)
+        self.batch_config = setup.batch_config_for(config, self.model_config, self.mesh)
+        self.batches = setup.make_batches(config, self.tokenizer, self.objective, model_config=self.model_config,
+                                          mesh=self.mesh)
         self._step_fn = make_train_step(self.split, self.objective, self.tx, self._opt_shardings, self.mesh,
                                         grad_accum=config.optim.grad_accum, skip_nan=config.train.on_nan == "skip",
                                         expert_bias_rate=config.train.expert_bias_rate)
@@ -184,7 +185,7 @@ class Trainer:
             while self.step < end:
                 batch = next(self.batches)
                 metrics = self.train_step(batch)
-                tokens_seen += int((batch["segment_ids"] > 0).sum()) * jax.process_count()
+                tokens_seen += int((batch["segment_ids"] > 0).sum()) * self.batch_config.num_shards  # every process's rows
                 self._pending.append(metrics)
                 if self.step % log_every == 0 or self.step == end:
                     elapsed = time.perf_counter() - t0

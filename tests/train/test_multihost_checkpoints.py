@@ -2,7 +2,8 @@
 starts the processes, `jaxdllm train` joins them. One run is taken through everything a long job
 meets: a process killed mid-training (the launcher names it and stops the others within a bound),
 an interrupted checkpoint write left behind, a restart that resumes from the last complete
-checkpoint, then two changes of topology (2 processes x 2 devices -> 1 x 4 -> 4 x 1). Its
+checkpoint with fsdp over both processes, then two changes of topology (2 processes x 2 devices ->
+1 x 4 -> 4 x 1 with tensor parallelism across the processes). Its
 per-step losses and final weights equal one uninterrupted single-process run on the same 4 devices.
 
 Tolerance: every topology computes the same global batch over 4 devices; only the order in which
@@ -140,13 +141,18 @@ def test_killed_resumed_and_moved_across_topologies_equals_one_uninterrupted_run
         (partial / "state").mkdir(parents=True)
         (partial / "state" / "_METADATA").write_text("{")  # half written
 
-    # 2. The same job restarted: it resumes from the last complete checkpoint.
-    out = _run(train + ["--steps", str(last + 2)], devices=2, processes=2)
+    # 2. The same job restarted: it resumes from the last complete checkpoint, now with the
+    # parameters sharded over an fsdp axis that spans both processes (the checkpoint's shards are
+    # written by the processes that hold them).
+    out = _run(train + ["--steps", str(last + 2), "--set", "mesh.data=1", "--set", "mesh.fsdp=4"],
+               devices=2, processes=2)
     assert f"resumed from step {last} in {run}" in out
     # 3. and 4. Continued on one process with 4 devices, then on 4 processes of one device each.
     out = _run(train + ["--steps", str(last + 4)], devices=4)
     assert f"resumed from step {last + 2}" in out
-    out = _run(train + ["--steps", str(last + 6), "--export", str(run / "model")], devices=1, processes=4)
+    # (4 x 1 with tensor parallelism over the 4 processes: every process feeds the whole batch)
+    out = _run(train + ["--steps", str(last + 6), "--export", str(run / "model"), "--set", "mesh.data=1",
+                        "--set", "mesh.tensor=4"], devices=1, processes=4)
     assert f"resumed from step {last + 4}" in out
 
     # One uninterrupted run on 1 process x 4 devices.
