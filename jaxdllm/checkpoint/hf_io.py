@@ -94,6 +94,35 @@ def is_side_file(file: Path) -> bool:
     return SIDE_FILE_METADATA in (_open(file).metadata() or {})
 
 
+# safetensors dtype names -> numpy dtypes, for reading tensors straight from the memory-mapped file
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                       "BOOL": np.bool_}
+
+
+def _mapped_tensors(file: Path) -> dict[str, np.ndarray]:
+    """`{name: read-only view}` of every tensor of a safetensors file, over one memory map: a
+    device's shard read from a view touches only the file pages that hold it (each process of a
+    multi-process job reads its own shards, not whole tensors). Tensors of a dtype numpy cannot
+    view are left out (read with the safetensors handle instead)."""
+    import json
+    import struct
+
+    with open(file, "rb") as f:
+        (header_size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_size))
+    data = np.memmap(file, np.uint8, mode="r")
+    start = 8 + header_size
+    views = {}
+    for name, info in header.items():
+        dtype = _SAFETENSORS_DTYPES.get(info.get("dtype")) if name != "__metadata__" else None
+        if dtype is None:
+            continue
+        begin, end = info["data_offsets"]
+        views[name] = data[start + begin:start + end].view(dtype).reshape(info["shape"])
+    return views
+
+
 def _open(file: Path):
     try:
         return safe_open(str(file), framework="numpy")
@@ -175,12 +204,15 @@ def _quantizer(scale_shape: tuple, kernel_placement, scale_placement):
                    out_shardings=(kernel_placement, scale_placement))
 
 
-def _place(host: np.ndarray, placement) -> jax.Array:
-    """Put `host` on devices; each device (this process's only) copies just its shard."""
+def _place(host: np.ndarray, placement, dtype=None) -> jax.Array:
+    """Put `host` (an array or a view of the memory-mapped file) on devices as `dtype` (default:
+    its own); each device (this process's only) reads and casts just its shard."""
+    dtype = host.dtype if dtype is None else dtype
+    # always a copy: the device buffer must not alias the file's memory map (closed after the file)
+    own = lambda part: np.array(part, dtype=dtype, order="C", copy=True)
     if isinstance(placement, SingleDeviceSharding):
-        return jax.device_put(np.ascontiguousarray(host), placement)
-    return jax.make_array_from_callback(host.shape, placement,
-                                        lambda idx: np.ascontiguousarray(host[idx]))
+        return jax.device_put(own(host), placement)
+    return jax.make_array_from_callback(host.shape, placement, lambda idx: own(host[idx]))
 
 
 def verify_checkpoint(path: str | Path | Checkpoint) -> dict:
@@ -257,21 +289,19 @@ def from_pretrained(path: str | Path | Checkpoint, *, dtype: str | None = None, 
     stacked: dict[tuple, jax.Array] = {}  # scan_layers: stacked parameters, filled layer by layer
     # File by file, each handle closed after use: its memory-mapped pages leave the process.
     for file in sorted(set(files.values())):
-        handle = _open(file)
+        handle, mapped = _open(file), _mapped_tensors(file)
         for t in (t for t in table if files[t.name] == file):
             path, index = param_location(t, options.scan_layers)
             var = variables[path]
             shape = tuple(var.get_value().shape)
             if shape[len(index):] != t.shape:  # a bug in the table, not in the checkpoint
                 raise AssertionError(f"{t.name}: table shape {t.shape} != parameter {shape}")
-            host = t.to_jax(t.read(handle))
+            host = t.to_jax(t.read(mapped if t.name in mapped else handle))  # a view of the file where numpy can
             kept = var.get_value().dtype  # a float parameter keeps its own dtype (the routers' float32 bias);
             want = kept if jnp.issubdtype(kept, jnp.floating) else target  # an int8 kernel loads as floats first
-            if host.dtype != want:
-                host = host.astype(want)
             placement = _placement(shape, var.logical_axes, mesh, rules)
             here = _slice_placement(placement, len(index))
-            values = {path: _place(host, here)}
+            values = {path: _place(host, here, want)}
             scale_at = quantize.scale_path(path)
             if scale_at in variables:  # an int8 kernel: quantize this tensor on its devices
                 scale_var = variables[scale_at]
@@ -291,7 +321,7 @@ def from_pretrained(path: str | Path | Checkpoint, *, dtype: str | None = None, 
                                                                    mesh, rules))()
                 stacked[at] = _set_slice(stacked[at], value, np.asarray(index, np.int32))
             del values
-        del handle
+        del handle, mapped
     for path, value in stacked.items():
         variables[path].set_value(value)
     return nnx.merge(graphdef, state)

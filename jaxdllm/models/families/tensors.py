@@ -45,10 +45,14 @@ class TensorMapping:
         return tuple(shape)
 
     def read(self, handle) -> np.ndarray:
-        """The covered part of this tensor from an open safetensors file."""
-        if self.rows is None:
+        """The covered part of this tensor from an open safetensors file, or from a `{name: array}`
+        of the file's tensors (views of its memory map: the part stays a view, read when used)."""
+        where = (slice(None),) * self.axis + (slice(*self.rows),) if self.rows is not None else None
+        if isinstance(handle, dict):
+            whole = handle[self.name]
+            return whole if where is None else whole[where]
+        if where is None:
             return handle.get_tensor(self.name)
-        where = (slice(None),) * self.axis + (slice(*self.rows),)
         return handle.get_slice(self.name)[where]
 
     def to_jax(self, w: np.ndarray) -> np.ndarray:
