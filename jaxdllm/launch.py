@@ -3,7 +3,8 @@
 For trying a multi-host job on one machine, and for tests: each process gets the coordinator
 address, the job size and its id in the environment (`jaxdllm.distributed` reads them; every
 `jaxdllm` command then joins without flags) and, with `devices_per_process`, that many CPU devices.
-Process 0's output passes through; the others' lines are prefixed with `[process I]`.
+Process 0's lines pass through as they are; the others' are prefixed with `[process I]`; lines
+never mix.
 
 A process that fails ends the job: the launcher names it on one line, stops the others (SIGTERM,
 then SIGKILL after `grace_s`) and returns its exit code; nothing waits on a collective whose peer
@@ -49,10 +50,14 @@ def process_env(base: dict, process_id: int, num_processes: int, port: int,
     return env
 
 
+_WRITE = threading.Lock()  # whole lines: the processes' outputs interleave by line, never within one
+
+
 def _prefix_lines(stream, out, prefix: str) -> None:
     for line in iter(stream.readline, ""):
-        out.write(prefix + line)
-        out.flush()
+        with _WRITE:
+            out.write(prefix + line)
+            out.flush()
     stream.close()
 
 
@@ -102,16 +107,14 @@ def launch_local(command: Sequence[str], num_processes: int, *, devices_per_proc
         if threading.current_thread() is threading.main_thread() else {}
     try:
         for i in range(num_processes):
-            piped = i > 0
             p = subprocess.Popen(list(command), env=process_env(base, i, num_processes, port, devices_per_process),
-                                 stdout=subprocess.PIPE if piped else None, stderr=subprocess.PIPE if piped else None,
-                                 text=True, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
             procs.append(p)
-            if piped:
-                for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-                    t = threading.Thread(target=_prefix_lines, args=(stream, out, f"[process {i}] "), daemon=True)
-                    t.start()
-                    readers.append(t)
+            prefix = f"[process {i}] " if i else ""  # process 0 speaks for the job
+            for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+                t = threading.Thread(target=_prefix_lines, args=(stream, out, prefix), daemon=True)
+                t.start()
+                readers.append(t)
         failed: tuple[int, int] | None = None
         while failed is None and any(p.poll() is None for p in procs):
             if not received:  # after a forwarded signal every process stops on its own: wait for all
