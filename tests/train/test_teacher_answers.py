@@ -130,26 +130,47 @@ def test_prompt_files_take_the_first_present_keys(tmp_path):
         read_prompt_files([bad])
 
 
-@pytest.mark.slow  # three fresh processes, each loading JAX and compiling: ~30 s
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
-def test_a_stopped_run_resumes_exactly(signum, tmp_path):
-    recipe = tmp_path / "distill.toml"
+STOPPED_EXAMPLES_PER_TASK = 16  # 48 answers, 12 batches: stopped after 6 lines, most of the run is left
+
+
+def _stop_recipe(folder: Path, out: Path) -> Path:
+    """The stopped runs' recipe: 48 answers (16 per task) in batches of 4, written to `out`."""
+    recipe = folder / "distill.toml"
     recipe.write_text(textwrap.dedent(f"""
         [model]
         init_from = "{SHIPPED}"
         [distill]
         tasks = ["perm", "add", "pick3"]
-        examples_per_task = 40
+        examples_per_task = {STOPPED_EXAMPLES_PER_TASK}
         dtype = "float32"
         sampler = {{ gen_length = 16, block_length = 16, steps = 16 }}
         batch_size = 4
-        out = "{tmp_path / 'killed.jsonl'}"
+        out = "{out}"
         [log]
         progress = false
     """))
-    env = cli_env()
+    return recipe
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_answers(tmp_path_factory):
+    """The file one uninterrupted run of the stopped runs' recipe writes: the same for every way of
+    stopping it, so made once (the answers do not depend on where they are written)."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    out = folder / "straight.jsonl"
+    done = subprocess.run(cli_command("distill", "generate", _stop_recipe(folder, out)), capture_output=True,
+                          text=True, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    return out.read_bytes()
+
+
+@pytest.mark.slow  # two fresh processes each (and one uninterrupted run for both), each loading JAX and compiling
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_a_stopped_run_resumes_exactly(signum, uninterrupted_answers, tmp_path):
     killed = tmp_path / "killed.jsonl"
-    command = cli_command("distill", "generate", recipe)
+    total = 3 * STOPPED_EXAMPLES_PER_TASK
+    env = cli_env()
+    command = cli_command("distill", "generate", _stop_recipe(tmp_path, killed))
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -159,7 +180,7 @@ def test_a_stopped_run_resumes_exactly(signum, tmp_path):
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     written = killed.read_text().count("\n")
-    assert 6 <= written < 120, "the run was not interrupted part-way: make it longer"
+    assert 6 <= written < total, "the run was not interrupted part-way: make it longer"
     if signum == signal.SIGTERM:  # the batches' lines are whole, and the one line says how many
         assert proc.returncode == 143 and "Traceback" not in err, err
         assert err.strip().splitlines()[-1] == (f"jaxdllm distill: interrupted; {written} answers kept in {killed}; "
@@ -168,11 +189,10 @@ def test_a_stopped_run_resumes_exactly(signum, tmp_path):
     else:
         with killed.open("a") as f:
             f.write('{"index": 999, "prompt": "perm 12')     # and a line cut short by the kill
-    for extra in ([], ["--out", str(tmp_path / "straight.jsonl")]):  # resume; then one uninterrupted run
-        done = subprocess.run(command + extra, capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-    assert killed.read_bytes() == (tmp_path / "straight.jsonl").read_bytes()
-    assert len(_lines(killed)) == 120
+    done = subprocess.run(command, capture_output=True, text=True, env=env)  # resume
+    assert done.returncode == 0, done.stderr
+    assert killed.read_bytes() == uninterrupted_answers  # as one uninterrupted run
+    assert len(_lines(killed)) == total
 
 
 def test_resume_refuses_other_settings_and_foreign_files(teacher, tmp_path):
