@@ -9,6 +9,7 @@ from jaxdllm import SamplerConfig, Tokenizer, from_pretrained
 from jaxdllm.cli import DEFAULT_MODEL
 from jaxdllm.train.task_accuracy import evaluate_task
 from support.cli import run_cli
+from support.fresh_eval import evaluate_in_a_fresh_process
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 
@@ -92,15 +93,13 @@ def test_chain_models_match_their_cards():
     (99.0 %, 64 forwards) and at its best training-free setting within a point of that (entropy
     0.45: 98.0 %, 9.40 forwards); the distilled model with the dParallel preset from its checkpoint
     defaults (one block, entropy 0.5) as accurate in about one forward, checked line by line."""
-    from jaxdllm import sampler_defaults
-
-    base, tok = from_pretrained(CHAIN, dtype="float32"), Tokenizer.from_pretrained(CHAIN)
-    one_step = evaluate_task(base, tok, "chain", sampler_defaults(CHAIN), n=200)
+    one_step, best, fast = evaluate_in_a_fresh_process([  # a user's process: tests/support/fresh_eval.py
+        {"model": CHAIN, "dtype": "float32", "task": "chain", "n": 200},
+        {"model": CHAIN, "dtype": "float32", "task": "chain", "n": 200, "preset": "dparallel",
+         "overrides": {"entropy_threshold": 0.45}},
+        {"model": CHAIN_DISTILLED, "dtype": "float32", "task": "chain", "n": 200, "preset": "dparallel"}])
     assert one_step["accuracy"] >= 0.985 and one_step["mean_nfe"] == 64, one_step
-    best = evaluate_task(base, tok, "chain", sampler_defaults(CHAIN, "dparallel", entropy_threshold=0.45), n=200)
     assert best["accuracy"] >= 0.975 and best["mean_nfe"] >= 9.3, best
-    student = from_pretrained(CHAIN_DISTILLED, dtype="float32")
-    fast = evaluate_task(student, tok, "chain", sampler_defaults(CHAIN_DISTILLED, "dparallel"), n=200)
     assert fast["accuracy"] >= one_step["accuracy"] - 0.01, fast
     assert fast["mean_nfe"] <= 1.2 and best["mean_nfe"] / fast["mean_nfe"] >= 2.5, (fast, best)
 
@@ -126,14 +125,11 @@ def test_the_shipped_moe_model_matches_its_card():
     """The card's table: copy and reverse 100 % with the checkpoint's defaults (one token per step,
     stop after the EOS's block) and with `llada2`; `llada2.1` 41.0 % / 90.5 % (token editing on a
     model not trained to edit)."""
-    from jaxdllm import sampler_defaults
-
-    model, tok = from_pretrained(MOE), Tokenizer.from_pretrained(MOE)
     card = {None: (1.0, 1.0, 15.71, 15.88), "llada2": (1.0, 1.0, 1.79, 1.35), "llada2.1": (0.41, 0.905, 14.88, 6.01)}
+    results = iter(evaluate_in_a_fresh_process([  # a user's process: tests/support/fresh_eval.py
+        {"model": MOE, "task": task, "n": 200, "preset": preset} for preset in card for task in ("copy", "reverse")]))
     for preset, (copy_acc, reverse_acc, copy_nfe, reverse_nfe) in card.items():
-        config = sampler_defaults(MOE, preset)
-        copy = evaluate_task(model, tok, "copy", config, n=200)
-        reverse = evaluate_task(model, tok, "reverse", config, n=200)
+        copy, reverse = next(results), next(results)
         assert abs(copy["accuracy"] - copy_acc) <= 0.005 and abs(reverse["accuracy"] - reverse_acc) <= 0.005, (
             preset, copy, reverse)
         assert abs(copy["mean_nfe"] - copy_nfe) <= 0.01 and abs(reverse["mean_nfe"] - reverse_nfe) <= 0.01, (
