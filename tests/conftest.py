@@ -103,17 +103,18 @@ def pytest_runtest_teardown(item, nextitem):
         _drop_compiled_programs(_MAP_LIMIT // 3)
 
 
-# The slow run's longest tests (measured, 2 workers: each 1-6 min), started first so the two
+# The slow run's longest tests (measured, 2 workers: each 1-4 min), started first so the two
 # workers share them instead of one finishing alone while the other runs a late long test. The
 # order only schedules; every test runs. A notebook's second working folder comes later, after
 # its first run has filled the compilation cache.
-LONGEST_FIRST = ("tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
-                 "tests/eval/test_eval.py::test_eval_reproduces_the_whole_card",
+LONGEST_FIRST = ("tests/eval/test_eval.py::test_eval_reproduces_the_whole_card",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
                  "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-colab]",
-                 "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
                  "tests/test_readme.py::test_readme_python_blocks_run",
                  "tests/test_shipped_model.py::test_chain_models_match_their_cards",
                  "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length",
+                 "tests/benchmarks/test_benchmark_gpu_scale.py::test_tiny_run_matches_pytorch_and_records_what_it_skips",
+                 "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
                  # the default run's longest (an xdist worker left alone with one of them at the end
                  # is the run's tail)
                  "tests/train/test_train.py::test_sharded_step_equals_single_device_step",
