@@ -1,45 +1,420 @@
-"""PLACEHOLDER: the engine is being written; its public surface is fixed below."""
+"""The serving engine: keeps the compiled decoding loop's rows full while requests come and go.
+
+    engine = Engine(model, tokenizer, slots=8)
+    engine.start()                                       # the scheduling loop, in a thread
+    engine.submit(Request("r1", ids, config), on_event)  # events as the answer is decided
+    engine.shutdown()                                    # drain, then stop
+
+Requests that decode with the same `SamplerConfig` and prompt layout (prompts in one
+`prompt_bucket`) share the slots of one compiled program (`jaxdllm.decoding.slots`): one compiled
+step per config and shape bucket, one prefill per bucket, nothing recompiled in steady state
+(`stats()["compiles"]`). Each dispatch runs up to `steps_per_dispatch` steps of every running
+slot and returns as soon as one finishes; then finished rows are released, waiting requests are
+prefilled into free slots (each its own prompt, while the other slots keep their state), and each
+running request's newly decided text is sent.
+
+A slot's tokens are those of `generate(model, [prompt], config, key=PRNGKey(seed))` for its
+request alone, whatever shares the slots (`tests/serving/test_engine.py` checks every canvas).
+
+What is streamed, per canvas (the answer's tokens that are decided, final and left-contiguous):
+  * masked (LLaDA, Dream, block diffusion): as positions are committed, left to right, so at the
+    latest when a block is full; with a policy that re-decides a block's tokens until the block
+    closes (LLaDA2.1's token editing), per closed block;
+  * draft (Jacobi, Lookahead, Medusa, ...): per accepted draft;
+  * uniform (DiffusionGemma): per committed canvas;
+  * FreeDave, APD: per verified or accepted span.
+An answer ends at its first stop token (EOS, end of turn), a stop string or `max_tokens`; its row is
+released at once, even where the canvas has undecided positions after it.
+
+Memory is bounded: at most `max_groups` programs hold slots (an idle one is dropped for a new
+one), `slots` rows each, and at most `max_queue` requests wait (`QueueFull` beyond).
+"""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import logging
+import threading
+import time
 from typing import Callable
 
-from jaxdllm.serving.requests import Event, Request
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxdllm import sharding as shd
+from jaxdllm.decoding import slots as slot_programs
+from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.decoding.layout import Layout
+from jaxdllm.decoding.loop import init_step
+from jaxdllm.decoding.policies.base import Policy
+from jaxdllm.decoding.sampler import Prepared, _decoding_mesh, _mesh_of, prepare, second_model
+from jaxdllm.errors import ConfigError, ConfigTypeError, InputError
+from jaxdllm.serving.requests import EngineStopped, Event, QueueFull, Request
+from jaxdllm.serving.text_stream import AnswerStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(eq=False)
+class _Live:
+    """A request inside the engine."""
+
+    request: Request
+    on_event: Callable[[Event], None]
+    prepared: Prepared
+    second: object
+    stream: AnswerStream
+    answer_col: int
+    slot: int | None = None
+    forwards: int = 0
+    queued_at: float = dataclasses.field(default_factory=time.monotonic)
+
+
+@dataclasses.dataclass(eq=False)
+class _Group:
+    """The slots of one compiled program: one config and one prompt layout."""
+
+    config: SamplerConfig
+    lay: Layout
+    slots: int
+    states: object = None          # stacked DecodeState (leaves [S, ...]) once a request was admitted
+    segs: np.ndarray = None        # [S, 1, Lp]
+    answer_starts: np.ndarray | None = None  # [S, 1] (block-causal layout) or None
+    live: list = None              # [S] _Live or None
+
+    def __post_init__(self):
+        self.live = [None] * self.slots
+
+    @property
+    def active(self) -> np.ndarray:
+        return np.array([x is not None for x in self.live])
+
+    def free_slot(self) -> int | None:
+        return next((i for i, x in enumerate(self.live) if x is None), None)
+
+
+def _holds_blocks(config: SamplerConfig) -> bool:
+    """The policy may re-decide a block's decided tokens until the block closes (`Policy.holding`)."""
+    policy = config.policy
+    return isinstance(policy, Policy) and type(policy).holding is not Policy.holding
 
 
 class Engine:
-    """Row slots over the stepwise driver (see the final docstring when it lands).
+    """A fixed set of row slots over the stepwise driver, fed from a bounded queue.
 
     Args:
-      model: a `Transformer`; tokenizer: its `Tokenizer` (incremental detokenisation, stop strings).
-      slots: rows of one compiled program (per config and prompt shape bucket).
-      max_queue: requests waiting for a row, at most (beyond: `QueueFull`).
-      policy_params / companions: as for `generate` (a policy's own parameters or second model).
+      model: a `Transformer` (on one device, or sharded over a mesh: rows are then replicated
+        and the weights stay sharded).
+      tokenizer: its `Tokenizer` (`jaxdllm.load` gives one whose `stop_ids` hold the model's EOS
+        and end of turn): incremental text and stop tokens.
+      slots: rows of each compiled program.
+      max_queue: requests waiting for a slot, at most.
+      steps_per_dispatch: steps of the compiled loop per call (more: fewer host round trips;
+        fewer: sooner admission and streaming).
+      max_groups: programs (config x prompt bucket) holding slots at once.
+      policy_params, companions: a policy's own parameters or its second model by role, as for
+        `generate`; given to the requests whose policy reads them.
+      rules: the logical-axis rules the model was placed with.
     """
 
     def __init__(self, model, tokenizer, *, slots: int = 8, max_queue: int = 64, steps_per_dispatch: int = 4,
-                 policy_params=None, companions=None):
-        raise NotImplementedError
+                 max_groups: int = 4, policy_params=None, companions: dict | None = None,
+                 rules=shd.DEFAULT_RULES):
+        for name, value in (("slots", slots), ("steps_per_dispatch", steps_per_dispatch), ("max_groups", max_groups)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(max_queue, int) or max_queue < 0:
+            raise ConfigError(f"max_queue must be a non-negative integer, got {max_queue!r}")
+        self.model_config = model.config
+        self.tokenizer = tokenizer
+        if model.options.remat != "none":
+            model = model.with_options(remat="none")
+        self._graphdef, self._params = nnx.split(model)
+        self._mesh = _mesh_of(self._params)
+        if self._mesh is not None:  # one request per row: rows replicated, weights as placed
+            rules = {**dict(rules), "batch": None}
+        self._rules = shd.frozen_rules(rules)
+        self.slots, self.max_queue, self.steps_per_dispatch, self.max_groups = slots, max_queue, steps_per_dispatch, max_groups
+        self._policy_params, self._companions = policy_params, companions
+        self._groups: dict[tuple, _Group] = {}
+        self._programs: set[tuple] = set()
+        self._waiting: collections.deque[_Live] = collections.deque()
+        self._by_id: dict[str, _Live] = {}
+        self._cancelled: set[str] = set()
+        self._lock = threading.Condition()
+        self._accepting = True
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.dispatches = 0
+        self.steps = 0
+
+    # -- requests ---------------------------------------------------------------------------------
+    def _second(self, config: SamplerConfig):
+        policy = config.policy
+        params = self._policy_params if policy.needs_params else None
+        companions = self._companions if policy.companion else None
+        return second_model(config, params, companions)
+
+    def _prepare(self, request: Request) -> _Live:
+        if not isinstance(request, Request):
+            raise ConfigTypeError(f"submit takes a jaxdllm.serving.requests.Request, got {type(request).__name__}")
+        config = request.config
+        if not isinstance(config, SamplerConfig):
+            raise ConfigTypeError(f"Request.config must be a SamplerConfig, got {type(config).__name__}")
+        if config.max_trajectory:
+            raise ConfigError("the engine records no trajectory: use max_trajectory=0 (generate records one)")
+        if request.max_tokens is not None and (not isinstance(request.max_tokens, int) or request.max_tokens < 1):
+            raise InputError(f"max_tokens must be a positive integer, got {request.max_tokens!r}")
+        if not request.prompt_ids:
+            raise InputError("the prompt has no tokens")
+        second = self._second(config)
+        p = prepare(self.model_config, np.asarray([request.prompt_ids], np.int32), None, config, 1, second)
+        answer_col = p.lay.prompt_len if p.answer_start is None else int(p.answer_start[0])
+        return _Live(request, None, p, second, AnswerStream(self.tokenizer, request.max_tokens, request.stop),
+                     answer_col)
 
     def check(self, request: Request) -> None:
-        """Raise `InputError`/`ConfigError` (a message naming the limit) if `request` cannot decode."""
+        """Raise `InputError` / `ConfigError` (naming the limit or setting) if `request` cannot decode:
+        a prompt past the model's `max_position`, ids outside the vocabulary, a config this model
+        cannot decode with."""
+        self._prepare(request)
 
     def submit(self, request: Request, on_event: Callable[[Event], None]) -> None:
-        """Queue `request`; `on_event` is called from the engine's thread with each `Event` (the last has
-        `finished=True`). Raises `InputError`/`ConfigError` (bad request), `QueueFull`, `EngineStopped`."""
+        """Queue `request`. `on_event(event)` is called from the engine's thread with each `Event`
+        (the last has `finished=True`); it must not block.
+
+        Raises:
+          InputError / ConfigError: the request cannot decode (see `check`).
+          QueueFull: `max_queue` requests already wait (retry after `retry_after_s`).
+          EngineStopped: the engine is draining or stopped.
+        """
+        live = self._prepare(request)
+        live.on_event = on_event
+        with self._lock:
+            if not self._accepting:
+                raise EngineStopped("the engine is shutting down and takes no new request")
+            if request.request_id in self._by_id:
+                raise InputError(f"request id {request.request_id!r} is already in the engine")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are waiting for a row (the bound is "
+                                f"{self.max_queue}): retry shortly", retry_after_s=1.0)
+            self._waiting.append(live)
+            self._by_id[request.request_id] = live
+            self._lock.notify_all()
 
     def cancel(self, request_id: str) -> None:
-        """Drop a waiting request or free a running one's row now (its last event: finish_reason "cancelled")."""
+        """Drop a waiting request, or free a running one's row at the next dispatch; its last event
+        has finish_reason "cancelled". Unknown or finished ids are ignored."""
+        with self._lock:
+            if request_id in self._by_id:
+                self._cancelled.add(request_id)
+                self._lock.notify_all()
 
-    def start(self) -> None:
-        """Run the scheduling loop in a background thread."""
+    # -- the loop ---------------------------------------------------------------------------------
+    def _emit(self, live: _Live, text: str, tokens: tuple, finish_reason: str | None, error: str | None = None):
+        event = Event(text=text, token_ids=tokens, finished=finish_reason is not None, finish_reason=finish_reason,
+                      prompt_tokens=len(live.request.prompt_ids), completion_tokens=live.stream.completion_tokens,
+                      forwards=live.forwards, error=error)
+        try:
+            live.on_event(event)
+        except Exception:  # a caller's callback must not stop the other requests
+            log.exception("on_event of request %s raised", live.request.request_id)
 
-    def shutdown(self, drain: bool = True, timeout: float | None = None) -> None:
-        """Stop taking requests; with `drain`, finish the running and waiting ones first (up to `timeout` s;
-        the rest end with finish_reason "error"); then stop the thread."""
+    def _finish(self, live: _Live, reason: str, error: str | None = None) -> None:
+        group = self._group_of(live)
+        if live.slot is not None and group is not None:
+            group.live[live.slot] = None
+        live.slot = None
+        with self._lock:
+            self._by_id.pop(live.request.request_id, None)
+            self._cancelled.discard(live.request.request_id)
+        self._emit(live, "", (), reason, error)
+
+    def _group_of(self, live: _Live) -> _Group | None:
+        return self._groups.get((live.request.config, live.prepared.lay))
+
+    def _take_cancellations(self) -> None:
+        with self._lock:
+            ids, self._cancelled = self._cancelled, set()
+            waiting = [x for x in self._waiting if x.request.request_id in ids]
+            for live in waiting:
+                self._waiting.remove(live)
+        for live in waiting:
+            self._finish(live, "cancelled")
+        for group in self._groups.values():
+            for live in group.live:
+                if live is not None and live.request.request_id in ids:
+                    self._finish(live, "cancelled")
+
+    def _group_for(self, key: tuple, config: SamplerConfig, lay: Layout) -> _Group | None:
+        group = self._groups.get(key)
+        if group is not None:
+            return group
+        if len(self._groups) >= self.max_groups:
+            idle = next((k for k, g in self._groups.items() if not g.active.any()), None)
+            if idle is None:
+                return None
+            del self._groups[idle]
+        group = self._groups[key] = _Group(config, lay, self.slots)
+        return group
+
+    def _admit_waiting(self) -> None:
+        with self._lock:
+            waiting = list(self._waiting)
+        for live in waiting:
+            config, p = live.request.config, live.prepared
+            group = self._group_for((config, p.lay), config, p.lay)
+            slot = None if group is None else group.free_slot()
+            if slot is None:
+                continue  # its program's slots are full: it waits, others may go ahead
+            with self._lock:
+                self._waiting.remove(live)
+            try:
+                self._admit(group, slot, live)
+            except Exception as e:
+                log.exception("admitting request %s failed", live.request.request_id)
+                self._finish(live, "error", f"{type(e).__name__}: {e}")
+
+    def _admit(self, group: _Group, slot: int, live: _Live) -> None:
+        """Prefill `live`'s prompt (a batch of one) and write its state into `slot`."""
+        config, p = live.request.config, live.prepared
+        params_def, params_state = (None, None) if live.second is None else nnx.split(live.second)
+        self._programs.add((config, p.lay))
+        with _decoding_mesh(self._mesh):
+            state = init_step(self._graphdef, self._params, p.ids, p.seg, p.valid,
+                              jax.random.PRNGKey(live.request.seed), params_state, p.answer_start,
+                              canvas=config.canvas, lay=p.lay, config=config, params_def=params_def,
+                              rules=self._rules)
+            if group.states is None:
+                group.states = slot_programs.stack(state, slots=group.slots)
+                group.segs = np.repeat(p.seg[None], group.slots, 0)
+                if p.answer_start is not None:
+                    group.answer_starts = np.repeat(p.answer_start[None], group.slots, 0)
+            else:
+                group.states = slot_programs.admit(group.states, state, np.int32(slot))
+        group.segs[slot] = p.seg
+        if p.answer_start is not None:
+            group.answer_starts[slot] = p.answer_start
+        group.live[slot] = live
+        live.slot = slot
+
+    def _dispatch(self, group: _Group) -> None:
+        """Steps of `group`'s running slots, then what each request decided."""
+        config, lay = group.config, group.lay
+        first = next(x for x in group.live if x is not None)
+        params_def, params_state = (None, None) if first.second is None else nnx.split(first.second)
+        with _decoding_mesh(self._mesh):
+            group.states = slot_programs.advance(
+                self._graphdef, self._params, group.states, group.segs, group.answer_starts, group.active,
+                params_state, canvas=config.canvas, lay=lay, config=config, params_def=params_def,
+                rules=self._rules, steps=self.steps_per_dispatch)
+            s = group.states
+            canvas, undecided, done, nfe, block, step = jax.device_get(
+                (s.canvas, s.undecided, s.done, s.nfe, s.block, s.step))
+        self.dispatches += 1
+        limit = config.canvas.max_steps(config, lay)
+        holds = _holds_blocks(config)
+        G = config.gen_length
+        for i, live in enumerate(group.live):
+            if live is None:
+                continue
+            live.forwards = int(nfe[i, 0])
+            cols = slice(live.answer_col, live.answer_col + G)
+            final = ~undecided[i, 0, cols]
+            ended = bool(done[i, 0]) or int(step[i]) >= limit
+            if holds and not ended:  # tokens of the open block may still change
+                open_from = lay.decode_start + int(block[i]) * config.block_length
+                final &= np.arange(cols.start, cols.stop) < open_from
+            n = G if final.all() else int(np.argmin(final))
+            piece = live.stream.extend(canvas[i, 0, cols][:n].tolist(), final=ended)
+            if piece.text or piece.token_ids or piece.finish_reason:
+                self._emit(live, piece.text, piece.token_ids, None)
+            if piece.finish_reason:
+                self._finish(live, piece.finish_reason)
+
+    def _tick(self) -> bool:
+        """One round: cancellations, admissions, one dispatch per program with running slots.
+        Returns whether anything runs or waits."""
+        self._take_cancellations()
+        self._admit_waiting()
+        for group in list(self._groups.values()):
+            if not group.active.any():
+                continue
+            try:
+                self._dispatch(group)
+            except Exception as e:  # e.g. out of memory: this program's requests fail, the engine goes on
+                log.exception("a dispatch failed")
+                for live in group.live:
+                    if live is not None:
+                        self._finish(live, "error", f"{type(e).__name__}: {e}")
+                self._groups = {k: g for k, g in self._groups.items() if g is not group}
+        return self._busy()
+
+    def _busy(self) -> bool:
+        with self._lock:
+            waiting = bool(self._waiting)
+        return waiting or any(g.active.any() for g in self._groups.values())
 
     def run_until_idle(self) -> None:
-        """Drive the loop from the caller's thread until nothing waits or runs (no thread needed)."""
+        """Drive the loop from the caller's thread until nothing waits or runs."""
+        while self._tick():
+            pass
+
+    def _loop(self) -> None:
+        while True:
+            busy = self._tick()
+            with self._lock:
+                if self._stop:
+                    return
+                if not busy and not self._waiting and not self._cancelled:
+                    self._lock.wait(timeout=0.5)
+
+    def start(self) -> None:
+        """Run the scheduling loop in a background (daemon) thread."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="jaxdllm-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop taking requests; with `drain`, let the running and waiting ones finish (up to
+        `timeout` seconds); the rest end with finish_reason "error". Then stop the thread."""
+        with self._lock:
+            self._accepting = False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if drain:
+            if self._thread is None:
+                self.run_until_idle()
+            while self._busy() and (deadline is None or time.monotonic() < deadline):
+                time.sleep(0.05)
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            left = list(self._waiting)
+            self._waiting.clear()
+        left += [x for g in self._groups.values() for x in g.live if x is not None]
+        for live in left:
+            self._finish(live, "error", "the server stopped before this request finished")
 
     def stats(self) -> dict:
-        """`{"running", "waiting", "programs" (compiled step programs), "compiles", ...}`."""
+        """`running`, `waiting` requests; `programs` (config x prompt bucket pairs admitted), `groups`
+        holding slots, `compiles` (traces of the slot programs: constant in steady state),
+        `dispatches` and `slots`."""
+        with self._lock:
+            waiting = len(self._waiting)
+        return {"running": sum(int(g.active.sum()) for g in self._groups.values()), "waiting": waiting,
+                "programs": len(self._programs), "groups": len(self._groups),
+                "compiles": sum(slot_programs.TRACES.values()) + _init_traces(), "dispatches": self.dispatches,
+                "slots": self.slots}
+
+
+def _init_traces() -> int:
+    """Compiled prefill programs (`loop.init_step`'s cache)."""
+    size = getattr(init_step, "_cache_size", None)
+    return int(size()) if callable(size) else 0

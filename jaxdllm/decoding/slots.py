@@ -1,0 +1,96 @@
+"""Independent rows of the decoding loop: a fixed set of slots, each holding one request's
+`DecodeState` with its own step, block and block-step counters, stepped together by one compiled
+program (the serving engine's driver, `jaxdllm.serving.engine`).
+
+A slot is the state `loop.init_step` makes for one prompt (a batch of one), stacked on a leading
+slot axis, and a step maps the canvas's own `step` over that axis (`jax.vmap`). So every canvas,
+policy and cache runs unchanged, and a slot's tokens are those of decoding its request alone:
+nothing in a slot's step reads another slot. A request joins at any step of the others
+(`admit` writes its freshly prefilled state into a free slot) and leaves as soon as it is done;
+slots that are free or finished are carried unchanged.
+
+Cost: where a canvas branches on its own counters (`lax.cond`: a Fast-dLLM cache's refresh, a
+finished block's K/V rewrite, DiffusionGemma's canvas end), the mapped step computes both branches
+and keeps one per slot, since the slots sit at different points of their schedules.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxdllm import sharding as shd
+from jaxdllm.decoding.layout import CanvasView
+from jaxdllm.decoding.loop import _merge, _step
+
+_STATIC = ("graphdef", "canvas", "lay", "config", "params_def", "rules")
+
+# Traces of each program (a trace is one compile): the engine reports them, tests count them.
+TRACES: collections.Counter = collections.Counter()
+
+
+@functools.partial(jax.jit, static_argnames=("slots",))
+def stack(state, *, slots: int):
+    """`slots` copies of a one-row `DecodeState` on a new leading axis (every leaf `[S, ...]`)."""
+    TRACES["stack"] += 1
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (slots,) + x.shape), state)
+
+
+@functools.partial(jax.jit, donate_argnames=("states",))
+def admit(states, state, slot):
+    """`states` with slot `slot` (an int32 scalar) replaced by the one-row `state`."""
+    TRACES["admit"] += 1
+    return jax.tree.map(lambda s, x: jax.lax.dynamic_update_index_in_dim(s, x.astype(s.dtype), slot, 0), states,
+                        state)
+
+
+def running(states, active, limit: int) -> jax.Array:
+    """`[S]` slots that take the next step: active, not done, under the canvas's step bound."""
+    return active & ~jnp.all(states.done, axis=1) & (states.step < limit)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC + ("steps",), donate_argnames=("states",))
+def advance(graphdef, params, states, segs, answer_starts, active, params_state=None, *, canvas, lay, config,
+            params_def=None, rules=(), steps: int = 1):
+    """Up to `steps` steps of every running slot, stopping early once a running slot finishes (so
+    the caller can release it and admit another request).
+
+    Args:
+      states: the stacked `DecodeState`s (leaves `[S, ...]`; each slot a batch of one).
+      segs: `[S, 1, Lp]` each slot's prompt segment ids; answer_starts: `[S, 1]` each slot's first
+        answer column (block-causal layout) or None.
+      active: `[S]` bool, slots holding a request.
+      steps: the most steps taken in this call.
+
+    Returns:
+      The stacked states after the steps (slots that did not run are unchanged).
+    """
+    TRACES["advance"] += 1
+    model = nnx.merge(graphdef, params)
+    policy_params = _merge(params_def, params_state)
+    limit = canvas.max_steps(config, lay)
+
+    def one(state, seg, answer_start):
+        view = CanvasView.of(seg, config.gen_length, answer_start, lay.lead)
+        return _step(canvas, model, state, view, lay, config, policy_params)
+
+    mapped = jax.vmap(one, in_axes=(0, 0, None if answer_starts is None else 0))
+    at_start = running(states, active, limit)
+
+    def body(carry):
+        i, states = carry
+        go = running(states, active, limit)
+        new = mapped(states, segs, answer_starts)
+        keep = jax.tree.map(lambda n, o: jnp.where(go.reshape(go.shape + (1,) * (n.ndim - 1)), n, o), new, states)
+        return i + 1, keep
+
+    def more(carry):
+        i, states = carry
+        return (i < steps) & jnp.all(running(states, active, limit) == at_start) & at_start.any()
+
+    with shd.use_rules(rules):
+        return jax.lax.while_loop(more, body, (jnp.int32(0), states))[1]
