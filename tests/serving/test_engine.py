@@ -111,3 +111,122 @@ def test_each_request_decodes_as_alone_whatever_shares_the_slots(preset):
         assert "".join(e.text for e in got) == answer, (preset, text)
         assert got[-1].completion_tokens == len(tokens) and got[-1].prompt_tokens == len(tok.encode(text))
     assert engine.stats()["running"] == engine.stats()["waiting"] == 0
+
+
+@pytest.fixture(scope="module")
+def llada():
+    model, tok, defaults = shipped("tasks-llada-small")
+    return model, tok, SamplerConfig.preset("fast-dllm-parallel", gen_length=16, block_length=8)
+
+
+def ids_of(tok, text):
+    return tuple(tok.encode(text))
+
+
+def test_a_request_joins_while_others_are_mid_generation_and_rows_are_released_at_once(llada):
+    model, tok, _ = llada
+    config = SamplerConfig.preset("llada", gen_length=16, block_length=4)  # one token per step: 16 steps
+    engine = Engine(model, tok, slots=2, steps_per_dispatch=1)
+    events = {}
+    engine.submit(Request("a", ids_of(tok, "sort 93715="), config), collect(events, "a"))
+    for _ in range(5):
+        engine._tick()
+    assert engine.stats()["running"] == 1
+    engine.submit(Request("b", ids_of(tok, "copy 2718="), config), collect(events, "b"))
+    engine._tick()  # b is prefilled into the free slot while a is five steps in
+    assert engine.stats()["running"] == 2
+    group = next(iter(engine._groups.values()))
+    steps = np.asarray(group.states.step)
+    assert steps.tolist() == [6, 1]  # each slot counts its own steps
+    engine.run_until_idle()
+    assert "".join(e.text for e in events["a"]) == "13579" and "".join(e.text for e in events["b"]) == "2718"
+    # the answer streamed in pieces as it was decided, not all at the end
+    assert sum(bool(e.text) for e in events["a"]) >= 2
+
+
+def test_max_tokens_and_stop_strings_end_the_answer_and_free_the_row(llada):
+    model, tok, config = llada
+    engine = Engine(model, tok, slots=2)
+    events = {}
+    engine.submit(Request("m", ids_of(tok, "sort 93715="), config, max_tokens=3), collect(events, "m"))
+    engine.submit(Request("s", ids_of(tok, "sort 93715="), config, stop=("57",)), collect(events, "s"))
+    engine.run_until_idle()
+    assert "".join(e.text for e in events["m"]) == "135" and events["m"][-1].finish_reason == "length"
+    assert events["m"][-1].completion_tokens == 3
+    assert "".join(e.text for e in events["s"]) == "13" and events["s"][-1].finish_reason == "stop"
+    assert engine.stats()["running"] == 0
+
+
+def test_cancel_frees_a_running_row_and_drops_a_waiting_request(llada):
+    model, tok, _ = llada
+    config = SamplerConfig.preset("llada", gen_length=16, block_length=4)
+    engine = Engine(model, tok, slots=1, steps_per_dispatch=1)
+    events = {}
+    engine.submit(Request("run", ids_of(tok, "sort 93715="), config), collect(events, "run"))
+    engine.submit(Request("wait", ids_of(tok, "copy 2718="), config), collect(events, "wait"))
+    engine._tick()
+    engine.cancel("wait")
+    engine.cancel("run")
+    engine._tick()
+    assert events["run"][-1].finish_reason == "cancelled" and events["wait"][-1].finish_reason == "cancelled"
+    assert engine.stats()["running"] == engine.stats()["waiting"] == 0
+    engine.submit(Request("run", ids_of(tok, "copy 2718="), config), collect(events, "again"))  # the id is free again
+    engine.run_until_idle()
+    assert "".join(e.text for e in events["again"]) == "2718"
+
+
+def test_the_queue_is_bounded_and_bad_requests_fail_before_queueing(llada):
+    model, tok, config = llada
+    engine = Engine(model, tok, slots=1, max_queue=2)
+    for i in range(2):
+        engine.submit(Request(f"q{i}", ids_of(tok, "copy 2718="), config), lambda e: None)
+    with pytest.raises(QueueFull, match="the bound is 2") as err:
+        engine.submit(Request("q2", ids_of(tok, "copy 2718="), config), lambda e: None)
+    assert err.value.retry_after_s > 0
+    limit = model.config.max_position
+    with pytest.raises(ConfigError, match=f"max_position \\({limit}\\)"):
+        engine.check(Request("long", (5,) * limit, config))
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        engine.check(Request("bad", (10**6,), config))
+    with pytest.raises(InputError, match="already in the engine"):
+        engine.submit(Request("q0", ids_of(tok, "copy 2718="), config), lambda e: None)
+    with pytest.raises(ConfigError, match="max_trajectory=0"):
+        engine.check(Request("t", ids_of(tok, "copy 2718="), config.replace(max_trajectory=4)))
+    engine.shutdown(drain=False)
+    with pytest.raises(EngineStopped):
+        engine.submit(Request("late", ids_of(tok, "copy 2718="), config), lambda e: None)
+
+
+def test_nothing_recompiles_in_steady_state(llada, compiles):
+    """One prefill and one step program per config and prompt bucket: after the first requests of a
+    bucket, new prompts of any length in it, new seeds and slots compile nothing."""
+    model, tok, config = llada
+    engine = Engine(model, tok, slots=2, steps_per_dispatch=2)
+    warm = [Request(f"w{i}", ids_of(tok, t), config) for i, t in enumerate(TASKS[:3])]
+    for r in warm:
+        engine.submit(r, lambda e: None)
+    engine.run_until_idle()
+    before = len(compiles)
+    assert before > 0  # the first requests compiled the bucket's programs
+    for i, text in enumerate(["copy 9=", "reverse 123456=", "sort 5551234=", "7+8=", "copy 2718="]):
+        engine.submit(Request(f"n{i}", ids_of(tok, text), config, seed=i), lambda e: None)
+    engine.run_until_idle()
+    assert compiles[before:] == []
+    assert engine.stats()["programs"] == 1
+
+
+def test_the_thread_drains_on_shutdown(llada):
+    import threading
+    model, tok, config = llada
+    engine = Engine(model, tok, slots=2)
+    engine.start()
+    done = threading.Event()
+    events = []
+
+    def on_event(e):
+        events.append(e)
+        if e.finished:
+            done.set()
+    engine.submit(Request("d", ids_of(tok, "reverse 4821="), config), on_event)
+    engine.shutdown(drain=True, timeout=60)
+    assert done.is_set() and "".join(e.text for e in events) == "1284"
