@@ -1,6 +1,6 @@
 """Independent rows of the decoding loop: a fixed set of slots, each holding one request's
 `DecodeState` with its own step, block and block-step counters, stepped together by one compiled
-program (the serving engine's driver, `jaxdllm.serving.engine`).
+program per stack size (the serving engine's driver, `jaxdllm.serving.engine`).
 
 A slot is the state `loop.init_step` makes for one prompt (a batch of one), stacked on a leading
 slot axis, and a step maps the canvas's own `step` over that axis (`jax.vmap`). So every canvas,
@@ -46,6 +46,14 @@ def admit(states, state, slot):
     TRACES["admit"] += 1
     return jax.tree.map(lambda s, x: jax.lax.dynamic_update_index_in_dim(s, x.astype(s.dtype), slot, 0), states,
                         state)
+
+
+@jax.jit
+def gather(states, order):
+    """The stacked states of slots `order` (int32 `[S']`, repeats allowed): a stack grown with filler
+    slots or shrunk to the slots still in use."""
+    TRACES["gather"] += 1
+    return jax.tree.map(lambda x: jnp.take(x, order, axis=0), states)
 
 
 def running(states, active, limit: int) -> jax.Array:

@@ -74,7 +74,10 @@ class _Live:
 
 @dataclasses.dataclass(eq=False)
 class _Group:
-    """The slots of one compiled program: one config and one prompt layout."""
+    """The slots of one compiled program: one config and one prompt layout.
+
+    The stack holds as many slots as the running requests need, in sizes 1, 2, 4, ... up to
+    `slots` (one compiled step per size): a lone request steps one row, not `slots`."""
 
     config: SamplerConfig
     lay: Layout
@@ -82,17 +85,45 @@ class _Group:
     states: object = None          # stacked DecodeState (leaves [S, ...]) once a request was admitted
     segs: np.ndarray = None        # [S, 1, Lp]
     answer_starts: np.ndarray | None = None  # [S, 1] (block-causal layout) or None
-    live: list = None              # [S] _Live or None
-
-    def __post_init__(self):
-        self.live = [None] * self.slots
+    live: list = dataclasses.field(default_factory=list)  # [S] _Live or None
 
     @property
     def active(self) -> np.ndarray:
-        return np.array([x is not None for x in self.live])
+        return np.array([x is not None for x in self.live], bool)
 
     def free_slot(self) -> int | None:
-        return next((i for i, x in enumerate(self.live) if x is None), None)
+        """A free slot, doubling the stack when it is full (None at `slots`)."""
+        if self.states is None:
+            return 0
+        free = next((i for i, x in enumerate(self.live) if x is None), None)
+        size = len(self.live)
+        if free is not None or size >= self.slots:
+            return free
+        self._reorder(list(range(size)) + [0] * (min(2 * size, self.slots) - size))
+        return size
+
+    def shrink(self) -> None:
+        """Halve the stack while its running slots fit in half (so the stack sizes, and the programs
+        that move slots between them, are the same few in every run)."""
+        while self.states is not None and len(self.live) > 1:
+            used = [i for i, x in enumerate(self.live) if x is not None]
+            half = (len(self.live) + 1) // 2
+            if len(used) > half:
+                return
+            self._reorder(used + [used[0] if used else 0] * (half - len(used)), keep=len(used))
+
+    def _reorder(self, order: list[int], keep: int | None = None) -> None:
+        """The stack's slots `order` (the first `keep` keep their requests; default: the old size)."""
+        keep = len(self.live) if keep is None else keep
+        idx = np.asarray(order, np.int32)
+        self.states = slot_programs.gather(self.states, idx)
+        self.segs = self.segs[idx]
+        if self.answer_starts is not None:
+            self.answer_starts = self.answer_starts[idx]
+        self.live = [self.live[i] if k < keep else None for k, i in enumerate(order)]
+        for k, live in enumerate(self.live):
+            if live is not None:
+                live.slot = k
 
 
 def _holds_blocks(config: SamplerConfig) -> bool:
@@ -136,9 +167,13 @@ class Engine:
         if self._mesh is not None:  # one request per row: rows replicated, weights as placed
             rules = {**dict(rules), "batch": None}
         self._rules = shd.frozen_rules(rules)
+        self._state_sharding = (jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec())
+                                if self._mesh is not None else
+                                jax.sharding.SingleDeviceSharding(jax.tree.leaves(self._params)[0].devices().pop()))
         self.slots, self.max_queue, self.steps_per_dispatch, self.max_groups = slots, max_queue, steps_per_dispatch, max_groups
         self._policy_params, self._companions = policy_params, companions
         self._groups: dict[tuple, _Group] = {}
+        self._splits: dict[SamplerConfig, tuple] = {}
         self._programs: set[tuple] = set()
         self._waiting: collections.deque[_Live] = collections.deque()
         self._by_id: dict[str, _Live] = {}
@@ -156,6 +191,18 @@ class Engine:
         params = self._policy_params if policy.needs_params else None
         companions = self._companions if policy.companion else None
         return second_model(config, params, companions)
+
+    def _placed(self, tree):
+        """`tree` committed to the engine's device (or replicated over the model's mesh): every program
+        then sees its arguments placed the same way, so none compiles twice."""
+        return jax.device_put(tree, self._state_sharding)
+
+    def _split_second(self, config: SamplerConfig):
+        """`(graphdef, state)` of the second model or parameters `config`'s policy reads (split once)."""
+        if config not in self._splits:
+            second = self._second(config)
+            self._splits[config] = (None, None) if second is None else nnx.split(second)
+        return self._splits[config]
 
     def _prepare(self, request: Request) -> _Live:
         if not isinstance(request, Request):
@@ -280,18 +327,19 @@ class Engine:
     def _admit(self, group: _Group, slot: int, live: _Live) -> None:
         """Prefill `live`'s prompt (a batch of one) and write its state into `slot`."""
         config, p = live.request.config, live.prepared
-        params_def, params_state = (None, None) if live.second is None else nnx.split(live.second)
+        params_def, params_state = self._split_second(config)
         self._programs.add((config, p.lay))
         with _decoding_mesh(self._mesh):
             state = init_step(self._graphdef, self._params, p.ids, p.seg, p.valid,
                               jax.random.PRNGKey(live.request.seed), params_state, p.answer_start,
                               canvas=config.canvas, lay=p.lay, config=config, params_def=params_def,
                               rules=self._rules)
+            state = self._placed(state)
             if group.states is None:
-                group.states = slot_programs.stack(state, slots=group.slots)
-                group.segs = np.repeat(p.seg[None], group.slots, 0)
-                if p.answer_start is not None:
-                    group.answer_starts = np.repeat(p.answer_start[None], group.slots, 0)
+                group.states = slot_programs.stack(state, slots=1)
+                group.segs = p.seg[None].copy()
+                group.answer_starts = None if p.answer_start is None else p.answer_start[None].copy()
+                group.live = [None]
             else:
                 group.states = slot_programs.admit(group.states, state, np.int32(slot))
         group.segs[slot] = p.seg
@@ -300,19 +348,23 @@ class Engine:
         group.live[slot] = live
         live.slot = slot
 
-    def _dispatch(self, group: _Group) -> None:
-        """Steps of `group`'s running slots, then what each request decided."""
-        config, lay = group.config, group.lay
-        first = next(x for x in group.live if x is not None)
-        params_def, params_state = (None, None) if first.second is None else nnx.split(first.second)
+    def _advance(self, group: _Group):
+        """Steps of `group`'s running slots; returns what the host reads of their states."""
+        config = group.config
+        params_def, params_state = self._split_second(config)
         with _decoding_mesh(self._mesh):
             group.states = slot_programs.advance(
                 self._graphdef, self._params, group.states, group.segs, group.answer_starts, group.active,
-                params_state, canvas=config.canvas, lay=lay, config=config, params_def=params_def,
+                params_state, canvas=config.canvas, lay=group.lay, config=config, params_def=params_def,
                 rules=self._rules, steps=self.steps_per_dispatch)
             s = group.states
-            canvas, undecided, done, nfe, block, step = jax.device_get(
-                (s.canvas, s.undecided, s.done, s.nfe, s.block, s.step))
+            return jax.device_get((s.canvas, s.undecided, s.done, s.nfe, s.block, s.step))
+
+    def _dispatch(self, group: _Group) -> None:
+        """Steps of `group`'s running slots, then what each request decided."""
+        config, lay = group.config, group.lay
+        group.shrink()
+        canvas, undecided, done, nfe, block, step = self._advance(group)
         self.dispatches += 1
         limit = config.canvas.max_steps(config, lay)
         holds = _holds_blocks(config)
@@ -401,6 +453,24 @@ class Engine:
         left += [x for g in self._groups.values() for x in g.live if x is not None]
         for live in left:
             self._finish(live, "error", "the server stopped before this request finished")
+
+    def warm_up(self, prompt_ids, config: SamplerConfig) -> None:
+        """Compile now what requests like this one (`prompt_ids`: a prompt of their bucket, `config`
+        their settings) will run: the prefill, the step of every stack size and the moves between
+        sizes. A server calls it before taking requests, so none waits for a compile. Decodes nothing."""
+        live = self._prepare(Request("warm-up", tuple(prompt_ids), config))
+        live.on_event = lambda e: None
+        group = _Group(config, live.prepared.lay, self.slots)
+        self._admit(group, 0, live)
+        while True:
+            self._admit(group, 0, live)  # an admission into a stack of this size
+            group.live = [None] * len(group.live)
+            self._advance(group)  # no slot runs: this compiles the step of this stack size
+            if len(group.live) >= self.slots:
+                break
+            group.live = [live] * len(group.live)
+            group.free_slot()  # full: doubles the stack
+        group.shrink()  # halves it back to one slot
 
     def stats(self) -> dict:
         """`running`, `waiting` requests; `programs` (config x prompt bucket pairs admitted), `groups`

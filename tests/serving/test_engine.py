@@ -198,19 +198,21 @@ def test_the_queue_is_bounded_and_bad_requests_fail_before_queueing(llada):
 
 
 def test_nothing_recompiles_in_steady_state(llada, compiles):
-    """One prefill and one step program per config and prompt bucket: after the first requests of a
-    bucket, new prompts of any length in it, new seeds and slots compile nothing."""
+    """One prefill, and one step per stack size, for a config and prompt bucket: once warmed up, prompts
+    of any length in the bucket, any seed, joining and leaving in any order compile nothing."""
     model, tok, config = llada
-    engine = Engine(model, tok, slots=2, steps_per_dispatch=2)
-    warm = [Request(f"w{i}", ids_of(tok, t), config) for i, t in enumerate(TASKS[:3])]
-    for r in warm:
-        engine.submit(r, lambda e: None)
-    engine.run_until_idle()
+    engine = Engine(model, tok, slots=4, steps_per_dispatch=2)
+    engine.warm_up(ids_of(tok, "copy 1="), config)
     before = len(compiles)
     assert before > 0  # the first requests compiled the bucket's programs
-    for i, text in enumerate(["copy 9=", "reverse 123456=", "sort 5551234=", "7+8=", "copy 2718="]):
-        engine.submit(Request(f"n{i}", ids_of(tok, text), config, seed=i), lambda e: None)
+    events = {}
+    texts = ["copy 9=", "reverse 123456=", "sort 5551234=", "7+8=", "copy 2718=", "reverse 4821=", "sort 93715="]
+    for i, text in enumerate(texts):
+        engine.submit(Request(f"n{i}", ids_of(tok, text), config, seed=i), collect(events, i))
+        if i % 2:
+            engine._tick()
     engine.run_until_idle()
+    assert "".join(e.text for e in events[4]) == "2718" and len(events) == len(texts)
     assert compiles[before:] == []
     assert engine.stats()["programs"] == 1
 
