@@ -348,7 +348,7 @@ def _sse(data) -> bytes:
 
 
 def create_app(engine, checkpoint, *, model_name: str | None = None, preset: str | None = None,
-               title: str = "jaxdllm") -> FastAPI:
+               server_info: dict | None = None, title: str = "jaxdllm") -> FastAPI:
     """The OpenAI-compatible app serving `engine` (routes in this module's docstring).
 
     Args:
@@ -358,6 +358,7 @@ def create_app(engine, checkpoint, *, model_name: str | None = None, preset: str
         settings are `jaxdllm.sampler_defaults(checkpoint, preset, **options)`.
       model_name: the model id clients send (default: the checkpoint folder's name).
       preset: the preset of a request that names none (default: the checkpoint's own).
+      server_info: more fields for `/v1/engine/stats`'s "server" part (e.g. the process id, start-up time).
     """
     settings = SamplerSettings(checkpoint, preset)
     model_name = model_name or settings.checkpoint.folder.name
@@ -404,7 +405,7 @@ def create_app(engine, checkpoint, *, model_name: str | None = None, preset: str
 
     @app.get("/v1/engine/stats")
     async def stats():
-        return {"engine": _jsonable(engine.stats()), "server": dict(counters)}
+        return {"engine": _jsonable(engine.stats()), "server": {**counters, **_jsonable(server_info or {})}}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, http: HttpRequest):
