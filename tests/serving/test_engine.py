@@ -232,3 +232,20 @@ def test_the_thread_drains_on_shutdown(llada):
     engine.submit(Request("d", ids_of(tok, "reverse 4821="), config), on_event)
     engine.shutdown(drain=True, timeout=60)
     assert done.is_set() and "".join(e.text for e in events) == "1284"
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_the_static_batch_baselines_answer_as_generate(llada, slots):
+    """The schedulers the load test compares with: a batch formed once (3 rows) and one request at a
+    time; greedy answers are `generate`'s, sent whole."""
+    from jaxdllm.serving.static_batch import StaticBatchEngine
+    model, tok, config = llada
+    engine = StaticBatchEngine(model, tok, slots=slots, batch_wait_s=0.0)
+    events = {}
+    for i, text in enumerate(TASKS):
+        engine.submit(Request(f"s{i}", ids_of(tok, text), config), collect(events, i))
+    engine.run_until_idle()
+    for i, text in enumerate(TASKS):
+        tokens, answer = alone(model, tok, tok.encode(text), config, None)
+        assert [t for e in events[i] for t in e.token_ids] == tokens and events[i][0].text == answer
+    assert engine.dispatches == -(-len(TASKS) // slots)
