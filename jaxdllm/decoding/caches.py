@@ -31,6 +31,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from jaxdllm.decoding import branching
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.transformer import ForwardOutput
 from jaxdllm.registry import Registry, Settings
@@ -143,7 +144,7 @@ class _Refreshed(Cache):
                          logits_slice=logits_span(state, lay, config, span))
 
         refresh = jnp.bool_(True) if self.refresh_every_step else state.block_step == 0
-        out = jax.lax.cond(refresh, full, lambda c: self.cached(model, state, view, lay, config, c), state.cache)
+        out = branching.cond(refresh, full, lambda c: self.cached(model, state, view, lay, config, c), state.cache)
         return out.logits, out.cache, 1
 
     def cached(self, model, state, view, lay, config, cache) -> ForwardOutput:
@@ -187,7 +188,7 @@ class PrefixCache(_Refreshed):
 
         blocks = lay.num_blocks(config.block_length)
         branches = [branch(b) for b in range(blocks)]
-        return jax.lax.switch(jnp.minimum(state.block, blocks - 1), branches, cache)
+        return branching.switch(jnp.minimum(state.block, blocks - 1), branches, cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +274,7 @@ class BlockCache(Cache):
             ids, pos, q_seg = view.window(state.canvas, start, W)
             return model(ids, pos, lay.mask(q_seg, q_offset=start), cache, logits_slice=(W - 1, 1)).cache
 
-        return jax.lax.cond(finished, write, lambda c: c, state.cache)
+        return branching.cond(finished, write, lambda c: c, state.cache)
 
 
 CACHES: Registry[Cache] = Registry("cache")

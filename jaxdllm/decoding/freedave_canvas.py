@@ -53,6 +53,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.attention import MaskSpec
+from jaxdllm.decoding import branching
 from jaxdllm.decoding.caches import CACHES
 from jaxdllm.decoding.canvas import Footprint
 from jaxdllm.decoding.layout import put_window, slice_window
@@ -228,8 +229,8 @@ class FreedaveCanvas(MaskedCanvas):
 
         mode = jnp.where(drafting.any(), 2, jnp.where(seeding.any(), 1, 0))
         if K == 1:
-            return jax.lax.cond(mode > 0, drafts, skip, seed.kv)
-        return jax.lax.switch(mode, [skip, canvas, drafts], seed.kv)
+            return branching.cond(mode > 0, drafts, skip, seed.kv)
+        return branching.switch(mode, [skip, canvas, drafts], seed.kv)
 
     # -- one step ----------------------------------------------------------------------------------
     def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:

@@ -3,15 +3,17 @@
 program per stack size (the serving engine's driver, `jaxdllm.serving.engine`).
 
 A slot is the state `loop.init_step` makes for one prompt (a batch of one), stacked on a leading
-slot axis, and a step maps the canvas's own `step` over that axis (`jax.vmap`). So every canvas,
+slot axis; `prefill` makes those of several prompts at once and `admit` writes them into free
+slots; a step maps the canvas's own `step` over the slot axis (`jax.vmap`). So every canvas,
 policy and cache runs unchanged, and a slot's tokens are those of decoding its request alone:
 nothing in a slot's step reads another slot. A request joins at any step of the others
-(`admit` writes its freshly prefilled state into a free slot) and leaves as soon as it is done;
+(its freshly prefilled state written into a free slot) and leaves as soon as it is done;
 slots that are free or finished are carried unchanged.
 
-Cost: where a canvas branches on its own counters (`lax.cond`: a Fast-dLLM cache's refresh, a
-finished block's K/V rewrite, DiffusionGemma's canvas end), the mapped step computes both branches
-and keeps one per slot, since the slots sit at different points of their schedules.
+Where a canvas branches on its own counters (a Fast-dLLM cache's refresh, a finished block's K/V
+rewrite, DiffusionGemma's canvas end), the slots sit at different points of their schedules: those
+branches (`jaxdllm.decoding.branching`) run once for all slots when the running slots agree, and
+each branch a running slot takes, then a select per slot, when they differ.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxdllm import sharding as shd
+from jaxdllm.decoding import branching
 from jaxdllm.decoding.layout import CanvasView
 from jaxdllm.decoding.loop import _merge, _step
 
@@ -33,19 +36,35 @@ _STATIC = ("graphdef", "canvas", "lay", "config", "params_def", "rules")
 TRACES: collections.Counter = collections.Counter()
 
 
-@functools.partial(jax.jit, static_argnames=("slots",))
-def stack(state, *, slots: int):
-    """`slots` copies of a one-row `DecodeState` on a new leading axis (every leaf `[S, ...]`)."""
-    TRACES["stack"] += 1
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (slots,) + x.shape), state)
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def prefill(graphdef, params, ids, segs, valid, keys, params_state=None, answer_starts=None, *, canvas, lay, config,
+            params_def=None, rules=()):
+    """The initial one-row states of N prompts at once, stacked (leaves `[N, ...]`): `loop.init_step`
+    of each prompt alone (its prefill), mapped over the prompts.
+
+    Args:
+      ids, segs: `[N, 1, Lp]`; valid: `[N, 1]`; keys: `[N, 2]` each request's PRNG key;
+      answer_starts: `[N, 1]` (block-causal layout) or None.
+    """
+    TRACES["prefill"] += 1
+    model = nnx.merge(graphdef, params)
+    policy_params = _merge(params_def, params_state)
+
+    def one(prompt, seg, ok, key, answer_start):
+        view = CanvasView.of(seg, config.gen_length, answer_start, lay.lead)
+        return canvas.init(model, prompt, view, key, lay, config, ok, policy_params)
+
+    with shd.use_rules(rules):
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None if answer_starts is None else 0))(
+            ids, segs, valid, keys, answer_starts)
 
 
 @functools.partial(jax.jit, donate_argnames=("states",))
-def admit(states, state, slot):
-    """`states` with slot `slot` (an int32 scalar) replaced by the one-row `state`."""
+def admit(states, new, slots):
+    """`states` with slots `slots` (int32 `[N]`; an index past the stack drops that entry) replaced by
+    the stacked states `new` (leaves `[N, ...]`)."""
     TRACES["admit"] += 1
-    return jax.tree.map(lambda s, x: jax.lax.dynamic_update_index_in_dim(s, x.astype(s.dtype), slot, 0), states,
-                        state)
+    return jax.tree.map(lambda s, x: s.at[slots].set(x.astype(s.dtype), mode="drop"), states, new)
 
 
 @jax.jit
@@ -82,17 +101,18 @@ def advance(graphdef, params, states, segs, answer_starts, active, params_state=
     policy_params = _merge(params_def, params_state)
     limit = canvas.max_steps(config, lay)
 
-    def one(state, seg, answer_start):
+    def one(state, seg, answer_start, go):
         view = CanvasView.of(seg, config.gen_length, answer_start, lay.lead)
-        return _step(canvas, model, state, view, lay, config, policy_params)
+        with branching.slot_context("slots", go):  # branches on a slot's counters run only where taken
+            return _step(canvas, model, state, view, lay, config, policy_params)
 
-    mapped = jax.vmap(one, in_axes=(0, 0, None if answer_starts is None else 0))
+    mapped = jax.vmap(one, in_axes=(0, 0, None if answer_starts is None else 0, 0), axis_name="slots")
     at_start = running(states, active, limit)
 
     def body(carry):
         i, states = carry
         go = running(states, active, limit)
-        new = mapped(states, segs, answer_starts)
+        new = mapped(states, segs, answer_starts, go)
         keep = jax.tree.map(lambda n, o: jnp.where(go.reshape(go.shape + (1,) * (n.ndim - 1)), n, o), new, states)
         return i + 1, keep
 

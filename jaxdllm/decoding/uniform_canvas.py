@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.attention import MaskSpec
+from jaxdllm.decoding import branching
 from jaxdllm.decoding.canvas import Canvas, Footprint
 from jaxdllm.decoding.policies.diffusiongemma import DiffusionGemma
 from jaxdllm.decoding.state import DecodeState
@@ -166,7 +167,7 @@ class UniformCanvas(Canvas):
                               conditioned=jnp.ones((b,), bool), history=history, stopped=stopped)
         state = state.replace(nfe=nfe, cache=carry)
         ended = jnp.all(stopped | state.done) | (state.block_step + 1 >= policy.max_denoising_steps)
-        state = jax.lax.cond(ended, lambda s: self._finish_canvas(model, s, view, lay, config),
+        state = branching.cond(ended, lambda s: self._finish_canvas(model, s, view, lay, config),
                              lambda s: s.replace(block_step=s.block_step + 1), state)
         return state
 
@@ -200,7 +201,7 @@ class UniformCanvas(Canvas):
             return model(tokens, positions, MaskSpec(kind="causal", q_offset=start), kv, logits_slice=(c - 1, 1),
                          encode=True).cache
 
-        kv = jax.lax.cond(jnp.all(done), lambda kv: kv, encode, carry.kv)
+        kv = branching.cond(jnp.all(done), lambda kv: kv, encode, carry.kv)
         carry = carry.replace(
             kv=kv, noisy=canvas_draws(state.key, jnp.arange(b), block, 0, c, v), conditioned=jnp.zeros((b,), bool),
             history=jnp.full_like(carry.history, -1), stopped=done)

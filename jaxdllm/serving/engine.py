@@ -47,7 +47,6 @@ from jaxdllm import sharding as shd
 from jaxdllm.decoding import slots as slot_programs
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import Layout
-from jaxdllm.decoding.loop import init_step
 from jaxdllm.decoding.policies.base import Policy
 from jaxdllm.decoding.sampler import Prepared, _decoding_mesh, _mesh_of, prepare, second_model
 from jaxdllm.errors import ConfigError, ConfigTypeError, InputError
@@ -91,16 +90,18 @@ class _Group:
     def active(self) -> np.ndarray:
         return np.array([x is not None for x in self.live], bool)
 
-    def free_slot(self) -> int | None:
-        """A free slot, doubling the stack when it is full (None at `slots`)."""
-        if self.states is None:
-            return 0
-        free = next((i for i, x in enumerate(self.live) if x is None), None)
-        size = len(self.live)
-        if free is not None or size >= self.slots:
-            return free
-        self._reorder(list(range(size)) + [0] * (min(2 * size, self.slots) - size))
-        return size
+    def reserve(self, n: int) -> list[int]:
+        """Up to `n` free slots, doubling the stack while it has fewer (at most `slots`)."""
+        while True:
+            free = [i for i, x in enumerate(self.live) if x is None]
+            size = len(self.live)
+            if len(free) >= n or size >= self.slots:
+                return free[:n]
+            self._reorder(list(range(size)) + [0] * (min(2 * size, self.slots) - size))
+
+    def size_for(self, n: int) -> int:
+        """The stack size (1, 2, 4, ... or `slots`) that holds `n` slots."""
+        return min(1 << max(n - 1, 0).bit_length(), self.slots)
 
     def shrink(self) -> None:
         """Halve the stack while its running slots fit in half (so the stack sizes, and the programs
@@ -308,45 +309,70 @@ class Engine:
         return group
 
     def _admit_waiting(self) -> None:
+        """Waiting requests into free slots, in arrival order; a request whose program has no free
+        slot waits while later ones of other programs go ahead. The requests joining one program are
+        prefilled together."""
         with self._lock:
             waiting = list(self._waiting)
+        joining: dict[int, tuple[_Group, list]] = {}
         for live in waiting:
             config, p = live.request.config, live.prepared
             group = self._group_for((config, p.lay), config, p.lay)
-            slot = None if group is None else group.free_slot()
-            if slot is None:
-                continue  # its program's slots are full: it waits, others may go ahead
+            if group is None:
+                continue
+            entry = joining.setdefault(id(group), (group, []))
+            if group.states is None or len(entry[1]) < len(group.reserve(len(entry[1]) + 1)):
+                if len(entry[1]) < self.slots:
+                    entry[1].append(live)
+        for group, lives in joining.values():
+            if not lives:
+                continue
             with self._lock:
-                self._waiting.remove(live)
+                for live in lives:
+                    self._waiting.remove(live)
             try:
-                self._admit(group, slot, live)
+                self._admit(group, lives)
             except Exception as e:
-                log.exception("admitting request %s failed", live.request.request_id)
-                self._finish(live, "error", f"{type(e).__name__}: {e}")
+                log.exception("admitting %d requests failed", len(lives))
+                for live in lives:
+                    self._finish(live, "error", f"{type(e).__name__}: {e}")
 
-    def _admit(self, group: _Group, slot: int, live: _Live) -> None:
-        """Prefill `live`'s prompt (a batch of one) and write its state into `slot`."""
-        config, p = live.request.config, live.prepared
+    def _admit(self, group: _Group, lives: list) -> None:
+        """Prefill the prompts of `lives` (padded to a stack size) and write their states into free
+        slots of `group` (its first stack, if it has none)."""
+        config = group.config
+        n = len(lives)
+        size = group.size_for(n)
+        padded = lives + [lives[0]] * (size - n)  # copies of the first: prefilled, never written
+        ps = [x.prepared for x in padded]
+        ids = np.stack([p.ids for p in ps])
+        segs = np.stack([p.seg for p in ps])
+        valid = np.stack([p.valid for p in ps])
+        keys = np.stack([np.asarray(jax.random.PRNGKey(x.request.seed)) for x in padded])
+        answers = None if ps[0].answer_start is None else np.stack([p.answer_start for p in ps])
         params_def, params_state = self._split_second(config)
-        self._programs.add((config, p.lay))
+        self._programs.add((config, group.lay))
         with _decoding_mesh(self._mesh):
-            state = init_step(self._graphdef, self._params, p.ids, p.seg, p.valid,
-                              jax.random.PRNGKey(live.request.seed), params_state, p.answer_start,
-                              canvas=config.canvas, lay=p.lay, config=config, params_def=params_def,
-                              rules=self._rules)
-            state = self._placed(state)
+            new = self._placed(slot_programs.prefill(
+                self._graphdef, self._params, ids, segs, valid, keys, params_state, answers, canvas=config.canvas,
+                lay=group.lay, config=config, params_def=params_def, rules=self._rules))
             if group.states is None:
-                group.states = slot_programs.stack(state, slots=1)
-                group.segs = p.seg[None].copy()
-                group.answer_starts = None if p.answer_start is None else p.answer_start[None].copy()
-                group.live = [None]
+                group.states, group.segs = new, segs
+                group.answer_starts = answers
+                group.live = list(lives) + [None] * (size - n)
+                slots = list(range(n))
             else:
-                group.states = slot_programs.admit(group.states, state, np.int32(slot))
-        group.segs[slot] = p.seg
-        if p.answer_start is not None:
-            group.answer_starts[slot] = p.answer_start
-        group.live[slot] = live
-        live.slot = slot
+                slots = group.reserve(n)
+                assert len(slots) == n, "admission without free slots"
+                index = np.asarray(slots + [len(group.live)] * (size - n), np.int32)  # past the stack: dropped
+                group.states = slot_programs.admit(group.states, new, index)
+                group.segs[slots] = segs[:n]
+                if answers is not None:
+                    group.answer_starts[slots] = answers[:n]
+                for slot, live in zip(slots, lives):
+                    group.live[slot] = live
+        for slot, live in zip(slots, lives):
+            live.slot = slot
 
     def _advance(self, group: _Group):
         """Steps of `group`'s running slots; returns what the host reads of their states."""
@@ -456,21 +482,25 @@ class Engine:
 
     def warm_up(self, prompt_ids, config: SamplerConfig) -> None:
         """Compile now what requests like this one (`prompt_ids`: a prompt of their bucket, `config`
-        their settings) will run: the prefill, the step of every stack size and the moves between
-        sizes. A server calls it before taking requests, so none waits for a compile. Decodes nothing."""
+        their settings) will run: the prefill of 1, 2, 4, ... prompts, the step of every stack size,
+        the admissions into it and the moves between sizes. A server calls it before taking
+        requests, so none waits for a compile. Decodes nothing."""
         live = self._prepare(Request("warm-up", tuple(prompt_ids), config))
         live.on_event = lambda e: None
         group = _Group(config, live.prepared.lay, self.slots)
-        self._admit(group, 0, live)
-        while True:
-            self._admit(group, 0, live)  # an admission into a stack of this size
+        sizes = sorted({group.size_for(n) for n in range(1, self.slots + 1)})
+        self._admit(group, [live])
+        for size in sizes:
             group.live = [None] * len(group.live)
+            group.reserve(size)  # grows the stack to `size`
+            for n in (k for k in sizes if k <= size):
+                group.live = [None] * size
+                self._admit(group, [live] * n)
+            group.live = [None] * size
             self._advance(group)  # no slot runs: this compiles the step of this stack size
-            if len(group.live) >= self.slots:
-                break
-            group.live = [live] * len(group.live)
-            group.free_slot()  # full: doubles the stack
-        group.shrink()  # halves it back to one slot
+        group.live[0] = live
+        group.shrink()  # halves the stack back to one slot
+        group.live[0] = None
 
     def stats(self) -> dict:
         """`running`, `waiting` requests; `programs` (config x prompt bucket pairs admitted), `groups`
@@ -480,11 +510,5 @@ class Engine:
             waiting = len(self._waiting)
         return {"running": sum(int(g.active.sum()) for g in self._groups.values()), "waiting": waiting,
                 "programs": len(self._programs), "groups": len(self._groups),
-                "compiles": sum(slot_programs.TRACES.values()) + _init_traces(), "dispatches": self.dispatches,
+                "compiles": sum(slot_programs.TRACES.values()), "dispatches": self.dispatches,
                 "slots": self.slots}
-
-
-def _init_traces() -> int:
-    """Compiled prefill programs (`loop.init_step`'s cache)."""
-    size = getattr(init_step, "_cache_size", None)
-    return int(size()) if callable(size) else 0

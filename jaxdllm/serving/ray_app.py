@@ -6,8 +6,10 @@
     serve deploy sampling/serve/serve_config.yaml                        # a running cluster (KubeRay too)
 
 A replica loads the model (`jaxdllm.load`), the policy's parameters or second model where its preset
-needs them (`jaxdllm.policy_params`), starts the engine and, with `warmup`, decodes one short prompt so
-that its first client does not wait for the compile; only then does Ray route requests to it. When Ray
+needs them (`jaxdllm.policy_params`), with `warmup` compiles the engine's programs for the default settings
+and short prompts (`Engine.warm_up`), so that no client waits for a compile, and starts the engine; only
+then does Ray route requests to it. `scheduler="static"` serves the same routes from a batch formed once
+(`jaxdllm/serving/static_batch.py`; with `slots=1`, one request at a time): the load test's baselines. When Ray
 stops a replica (scale down, `serve.delete`, `serve.shutdown`, a redeploy) it first waits up to
 `graceful_shutdown_timeout_s` for the replica's requests in flight, then the replica drains its engine
 (`Engine.shutdown(drain=True)`) and exits. A replica whose process dies is restarted by Ray; the
@@ -37,7 +39,8 @@ DEFAULTS = {
     "slots": 8,                  # rows of each compiled decoding program, per replica
     "max_queue": 64,             # requests waiting for a row, per replica (beyond: 503 + Retry-After)
     "steps_per_dispatch": 4,     # decoding steps per engine dispatch
-    "warmup": True,              # compile the default settings' program before taking requests
+    "warmup": True,              # compile the default settings' programs before taking requests
+    "scheduler": "continuous",   # continuous (the engine), or static: batches formed once (slots=1: one at a time)
     "num_cpus": 1,               # Ray resources of one replica
     "num_gpus": 0,
     "resources": None,           # e.g. {"TPU": 4}: a TPU host's chips (JSON text on the command line)
@@ -73,13 +76,14 @@ class JaxdllmServer:
       preset: the preset of requests that name none (default: the checkpoint's own settings).
       model_name: the model id clients send (default: the checkpoint folder's name).
       slots, max_queue, steps_per_dispatch: the engine's (`jaxdllm.serving.engine.Engine`).
-      warmup: decode one short prompt with the default settings before Ray routes requests here.
+      warmup: compile the default settings' programs before Ray routes requests here.
+      scheduler: "continuous" (the engine) or "static" (a batch formed once; the load test's baseline).
       drain_timeout_s: at shutdown, how long the engine may finish what it still holds.
     """
 
     def __init__(self, model: str, preset: str | None = None, model_name: str | None = None, slots: int = 8,
                  max_queue: int = 64, steps_per_dispatch: int = 4, warmup: bool = True,
-                 drain_timeout_s: float = 60.0):
+                 drain_timeout_s: float = 60.0, scheduler: str = "continuous"):
         import jaxdllm
         from jaxdllm.checkpoint.folder import Checkpoint
         from jaxdllm.compilation_cache import enable_compilation_cache
@@ -93,14 +97,19 @@ class JaxdllmServer:
         pretrained = jaxdllm.load(checkpoint)
         params = jaxdllm.policy_params(checkpoint, config)  # Learn2PD's filter, Medusa's heads, a second model
         role = config.policy.companion
-        self.engine = Engine(pretrained.model, pretrained.tokenizer, slots=slots, max_queue=max_queue,
-                             steps_per_dispatch=steps_per_dispatch, policy_params=params,
-                             companions={role: params} if role else None)
+        if scheduler == "static":  # the baseline the load test compares with (jaxdllm/serving/static_batch.py)
+            from jaxdllm.serving.static_batch import StaticBatchEngine
+            self.engine = StaticBatchEngine(pretrained.model, pretrained.tokenizer, slots=slots, max_queue=max_queue,
+                                            policy_params=params, companions={role: params} if role else None)
+        else:
+            self.engine = Engine(pretrained.model, pretrained.tokenizer, slots=slots, max_queue=max_queue,
+                                 steps_per_dispatch=steps_per_dispatch, policy_params=params,
+                                 companions={role: params} if role else None)
+        loaded = time.perf_counter() - started
+        if warmup:  # every program of the default settings for short prompts, before the first request
+            self.engine.warm_up(_warm_up_prompt(self.engine, config), config)
         self.engine.start()
         self.drain_timeout_s = drain_timeout_s
-        loaded = time.perf_counter() - started
-        if warmup:
-            _warm_up(self.engine, config)
         self.ready_s = time.perf_counter() - started
         info = {"pid": os.getpid(), "load_s": round(loaded, 3), "ready_s": round(self.ready_s, 3)}
         _keep_replica_app(create_app(self.engine, checkpoint, model_name=model_name, preset=preset,
@@ -122,19 +131,10 @@ class JaxdllmServer:
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown, True, self.drain_timeout_s)
 
 
-def _warm_up(engine, config, timeout_s: float = 600.0) -> None:
-    """Decode one short prompt with `config` (compiles its program for the shortest prompts)."""
-    import threading
-
-    from jaxdllm.serving.requests import Request
-
-    ids = tuple(engine.tokenizer.encode("1+1="))[: max(1, engine.model_config.max_position - config.gen_length - 1)]
-    done = threading.Event()
-    engine.submit(Request("jaxdllm-warmup", ids, config, max_tokens=1),
-                  lambda event: done.set() if event.finished else None)
-    if not done.wait(timeout_s):
-        engine.cancel("jaxdllm-warmup")
-        log.warning("warm-up did not finish in %.0f s", timeout_s)
+def _warm_up_prompt(engine, config) -> tuple[int, ...]:
+    """A short prompt that fits beside `config.gen_length`."""
+    room = max(1, engine.model_config.max_position - config.gen_length - 1)
+    return tuple(engine.tokenizer.encode("1+1="))[:room]
 
 
 def app_args(args: dict | None) -> dict:
@@ -171,6 +171,8 @@ def app_args(args: dict | None) -> dict:
         except ValueError:
             raise ConfigError(f"resources must be a JSON object such as {{\"TPU\": 4}}, got {out['resources']!r}") \
                 from None
+    if out["scheduler"] not in ("continuous", "static"):
+        raise ConfigError(f"scheduler must be 'continuous' or 'static', got {out['scheduler']!r}")
     if out["preset"] is not None and out["preset"] not in SAMPLER_PRESETS:
         raise ConfigError(f"unknown preset {out['preset']!r}; presets: {', '.join(SAMPLER_PRESETS)}")
     return out
@@ -196,7 +198,7 @@ def build_app(args: dict | None = None):
         options["max_replicas_per_node"] = a["max_replicas_per_node"]
     return JaxdllmServer.options(**options).bind(
         a["model"], preset=a["preset"], model_name=a["model_name"], slots=a["slots"], max_queue=a["max_queue"],
-        steps_per_dispatch=a["steps_per_dispatch"], warmup=a["warmup"],
+        steps_per_dispatch=a["steps_per_dispatch"], warmup=a["warmup"], scheduler=a["scheduler"],
         drain_timeout_s=a["graceful_shutdown_timeout_s"] / 2)
 
 

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdllm.decoding import branching
 from jaxdllm.decoding.policies.base import in_unit_interval, rank_among
 from jaxdllm.decoding.policies.draft_verify import Proposal, TreeDraftPolicy, tree_accept, tree_verified
 from jaxdllm.decoding.second_model import check_second_model, load_companion, row_forward, window_mask
@@ -253,7 +254,7 @@ class SpecDiffusion(TreeDraftPolicy):
                     jnp.int32(1))
         carry = (canvas, cache, draft, probs, open_)
         for r in range(-(-g // chunk)):  # rounds the longest row does not need are skipped (no inner loop)
-            carry = jax.lax.cond(r < rounds, lambda c, r=r: one_round(r, c)[:5], lambda c: c, carry)
+            carry = branching.cond(r < rounds, lambda c, r=r: one_round(r, c)[:5], lambda c: c, carry)
         _, cache, draft, probs, _ = carry
         return cache, draft, jnp.arange(g)[None] < lengths[:, None], probs, rounds.astype(jnp.int32)
 
