@@ -44,6 +44,11 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
     p.add_argument("--num-cpus", dest="num_cpus", type=int, default=1, metavar="N", help="CPUs per replica")
     p.add_argument("--num-gpus", dest="num_gpus", type=float, default=0, metavar="N", help="GPUs per replica")
+    p.add_argument("--mesh", default=None, metavar="data=D,fsdp=F,tensor=T",
+                   help="shard each replica's weights over its devices (their product = its devices, e.g. "
+                        "tensor=4 for 4 chips; default: one device)")
+    p.add_argument("--dtype", default=None, metavar="D", help="the weights' dtype, e.g. bfloat16 (default: the "
+                                                               "checkpoint's)")
     p.add_argument("--drain-timeout", dest="drain_timeout", type=float, default=120.0, metavar="S",
                    help="at Ctrl-C/SIGTERM, how long requests in flight may take to finish (default 120)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
@@ -109,6 +114,7 @@ def run(args) -> int:
     config = app_args({"model": args.model, "preset": args.preset, "model_name": args.model_name,
                        "replicas": args.replicas, "slots": args.slots, "max_queue": args.max_queue,
                        "num_cpus": args.num_cpus, "num_gpus": args.num_gpus, "warmup": args.warmup,
+                       "mesh": args.mesh, "dtype": args.dtype,
                        "graceful_shutdown_timeout_s": args.drain_timeout})
     name = config["model_name"]
     if address is None:  # a local instance: the checkpoint is on this machine, so a wrong path is one line now

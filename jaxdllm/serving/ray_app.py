@@ -41,6 +41,8 @@ DEFAULTS = {
     "steps_per_dispatch": 4,     # decoding steps per engine dispatch
     "warmup": True,              # compile the default settings' programs before taking requests
     "scheduler": "continuous",   # continuous (the engine), or static: batches formed once (slots=1: one at a time)
+    "mesh": None,                # e.g. "tensor=4": the weights over the replica's devices (default: one device)
+    "dtype": None,               # e.g. "bfloat16": the weights' dtype (default: the checkpoint's)
     "num_cpus": 1,               # Ray resources of one replica
     "num_gpus": 0,
     "resources": None,           # e.g. {"TPU": 4}: a TPU host's chips (JSON text on the command line)
@@ -78,12 +80,17 @@ class JaxdllmServer:
       slots, max_queue, steps_per_dispatch: the engine's (`jaxdllm.serving.engine.Engine`).
       warmup: compile the default settings' programs before Ray routes requests here.
       scheduler: "continuous" (the engine) or "static" (a batch formed once; the load test's baseline).
+      mesh: `"data=D,fsdp=F,tensor=T"` (any of the three; their product = the devices this replica sees,
+        e.g. "tensor=4" on a TPU host of 4 chips): the weights sharded over them, the requests' rows
+        replicated. None: one device.
+      dtype: the weights' dtype (`jaxdllm.load`'s), e.g. "bfloat16"; None: the checkpoint's.
       drain_timeout_s: at shutdown, how long the engine may finish what it still holds.
     """
 
     def __init__(self, model: str, preset: str | None = None, model_name: str | None = None, slots: int = 8,
                  max_queue: int = 64, steps_per_dispatch: int = 4, warmup: bool = True,
-                 drain_timeout_s: float = 60.0, scheduler: str = "continuous"):
+                 drain_timeout_s: float = 60.0, scheduler: str = "continuous", mesh: str | None = None,
+                 dtype: str | None = None):
         import jaxdllm
         from jaxdllm.checkpoint.folder import Checkpoint
         from jaxdllm.compilation_cache import enable_compilation_cache
@@ -94,8 +101,10 @@ class JaxdllmServer:
         enable_compilation_cache()  # a restarted replica loads its programs ($JAXDLLM_COMPILATION_CACHE)
         checkpoint = Checkpoint.open(model)
         config = jaxdllm.sampler_defaults(checkpoint, preset)  # a bad preset fails before the weights load
-        pretrained = jaxdllm.load(checkpoint)
-        params = jaxdllm.policy_params(checkpoint, config)  # Learn2PD's filter, Medusa's heads, a second model
+        placement = {"mesh": replica_mesh(mesh)} if mesh else {}
+        pretrained = jaxdllm.load(checkpoint, dtype=dtype, **placement)
+        # Learn2PD's filter, Medusa's heads, a second model (a second model placed as the model is)
+        params = jaxdllm.policy_params(checkpoint, config, **(placement if config.policy.companion else {}))
         role = config.policy.companion
         if scheduler == "static":  # the baseline the load test compares with (jaxdllm/serving/static_batch.py)
             from jaxdllm.serving.static_batch import StaticBatchEngine
@@ -128,7 +137,30 @@ class JaxdllmServer:
         engine finishes what it still holds (up to `drain_timeout_s`), then stops."""
         engine = getattr(self, "engine", None)
         if engine is not None:
-            await asyncio.get_running_loop().run_in_executor(None, engine.shutdown, True, self.drain_timeout_s)
+            await asyncio.get_running_loop().run_in_executor(None, engine.shutdown, True,
+                                                             getattr(self, "drain_timeout_s", 60.0))
+
+
+def replica_mesh(text: str):
+    """The mesh `"data=D,fsdp=F,tensor=T"` names (missing sizes are 1) over this process's devices."""
+    from jaxdllm.sharding import make_mesh
+
+    return make_mesh(**replica_mesh_sizes(text))
+
+
+def replica_mesh_sizes(text: str) -> dict:
+    """`"data=D,fsdp=F,tensor=T"` (any of the three) -> `{"data": D, ...}`."""
+    from jaxdllm.errors import ConfigError
+
+    sizes = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or name.strip() not in ("data", "fsdp", "tensor") or not value.strip().isdigit():
+            raise ConfigError(f"mesh expects data=D,fsdp=F,tensor=T (any of the three), got {text!r}")
+        sizes[name.strip()] = int(value)
+    if not sizes or any(v < 1 for v in sizes.values()):
+        raise ConfigError(f"mesh expects positive sizes, e.g. tensor=4, got {text!r}")
+    return sizes
 
 
 def _warm_up_prompt(engine, config) -> tuple[int, ...]:
@@ -171,6 +203,8 @@ def app_args(args: dict | None) -> dict:
         except ValueError:
             raise ConfigError(f"resources must be a JSON object such as {{\"TPU\": 4}}, got {out['resources']!r}") \
                 from None
+    if out["mesh"] is not None:
+        replica_mesh_sizes(out["mesh"])  # checked here, built in the replica (its devices)
     if out["scheduler"] not in ("continuous", "static"):
         raise ConfigError(f"scheduler must be 'continuous' or 'static', got {out['scheduler']!r}")
     if out["preset"] is not None and out["preset"] not in SAMPLER_PRESETS:
@@ -198,8 +232,8 @@ def build_app(args: dict | None = None):
         options["max_replicas_per_node"] = a["max_replicas_per_node"]
     return JaxdllmServer.options(**options).bind(
         a["model"], preset=a["preset"], model_name=a["model_name"], slots=a["slots"], max_queue=a["max_queue"],
-        steps_per_dispatch=a["steps_per_dispatch"], warmup=a["warmup"], scheduler=a["scheduler"],
-        drain_timeout_s=a["graceful_shutdown_timeout_s"] / 2)
+        steps_per_dispatch=a["steps_per_dispatch"], warmup=a["warmup"], scheduler=a["scheduler"], mesh=a["mesh"],
+        dtype=a["dtype"], drain_timeout_s=a["graceful_shutdown_timeout_s"] / 2)
 
 
-__all__ = ["DEFAULTS", "JaxdllmServer", "app_args", "build_app"]
+__all__ = ["DEFAULTS", "JaxdllmServer", "app_args", "build_app", "replica_mesh", "replica_mesh_sizes"]

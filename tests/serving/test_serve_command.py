@@ -55,6 +55,51 @@ def test_app_arguments_from_the_command_line_are_typed_and_checked():
                        ({"model": "m", "resources": "TPU=4"}, "JSON object")):
         with pytest.raises(ConfigError, match=words):
             app_args(bad)
+    with pytest.raises(ConfigError, match="data=D,fsdp=F,tensor=T"):
+        app_args({"model": "m", "mesh": "tp=4"})
+    assert app_args({"model": "m", "mesh": "fsdp=2,tensor=4"})["mesh"] == "fsdp=2,tensor=4"
     from ray.serve import Application
 
     assert isinstance(build_app({"model": "tasks-llada-small", "replicas": 2, "resources": {"TPU": 4}}), Application)
+
+
+def test_the_serve_config_and_the_tpu_rayservice_deploy_build_app_with_valid_arguments():
+    pytest.importorskip("ray.serve", reason="the serve extra: pip install -e '.[serve]'")
+    import math
+    from pathlib import Path
+
+    import yaml
+
+    from jaxdllm.serving.ray_app import app_args
+
+    folder = Path(__file__).resolve().parents[2] / "sampling" / "serve"
+    config = yaml.safe_load((folder / "serve_config.yaml").read_text())
+    [app] = config["applications"]
+    assert app["import_path"] == "jaxdllm.serving.ray_app:build_app" and app["route_prefix"] == "/"
+    app_args(app["args"])
+
+    service = yaml.safe_load((folder / "rayservice_tpu.yaml").read_text())
+    assert service["kind"] == "RayService"
+    [app] = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    args = app_args(app["args"])
+    assert app["import_path"] == "jaxdllm.serving.ray_app:build_app"
+    [workers] = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    pod = workers["template"]["spec"]
+    chips = int(pod["containers"][0]["resources"]["limits"]["google.com/tpu"])
+    # one replica per TPU host, holding every chip of it, its weights over all of them
+    assert args["replicas"] == workers["replicas"] * workers["numOfHosts"] and args["max_replicas_per_node"] == 1
+    assert args["resources"] == {"TPU": chips}
+    sizes = dict(part.split("=") for part in args["mesh"].split(","))
+    assert math.prod(int(v) for v in sizes.values()) == chips
+    assert pod["terminationGracePeriodSeconds"] > args["graceful_shutdown_timeout_s"]
+
+
+@pytest.mark.mesh
+def test_a_replica_mesh_spans_its_devices():
+    pytest.importorskip("ray.serve", reason="the serve extra: pip install -e '.[serve]'")
+    from jaxdllm.serving.ray_app import replica_mesh
+
+    mesh = replica_mesh("fsdp=2,tensor=4")  # the session's 8 CPU devices
+    assert dict(mesh.shape) == {"data": 1, "fsdp": 2, "tensor": 4}
+    with pytest.raises(ConfigError, match="devices"):
+        replica_mesh("tensor=3")
