@@ -188,10 +188,10 @@ class Engine:
 
     # -- requests ---------------------------------------------------------------------------------
     def _second(self, config: SamplerConfig):
-        policy = config.policy
-        params = self._policy_params if policy.needs_params else None
-        companions = self._companions if policy.companion else None
-        return second_model(config, params, companions)
+        policy, role = config.policy, config.policy.companion
+        if role and self._companions and role in self._companions:  # a second model given by its role
+            return second_model(config, None, {role: self._companions[role]})
+        return second_model(config, self._policy_params if policy.needs_params else None, None)
 
     def _placed(self, tree):
         """`tree` committed to the engine's device (or replicated over the model's mesh): every program
@@ -270,7 +270,7 @@ class Engine:
         except Exception:  # a caller's callback must not stop the other requests
             log.exception("on_event of request %s raised", live.request.request_id)
 
-    def _finish(self, live: _Live, reason: str, error: str | None = None) -> None:
+    def _finish(self, live: _Live, reason: str, error: str | None = None, text: str = "", tokens: tuple = ()) -> None:
         group = self._group_of(live)
         if live.slot is not None and group is not None:
             group.live[live.slot] = None
@@ -278,7 +278,7 @@ class Engine:
         with self._lock:
             self._by_id.pop(live.request.request_id, None)
             self._cancelled.discard(live.request.request_id)
-        self._emit(live, "", (), reason, error)
+        self._emit(live, text, tokens, reason, error)
 
     def _group_of(self, live: _Live) -> _Group | None:
         return self._groups.get((live.request.config, live.prepared.lay))
@@ -407,10 +407,10 @@ class Engine:
                 final &= np.arange(cols.start, cols.stop) < open_from
             n = G if final.all() else int(np.argmin(final))
             piece = live.stream.extend(canvas[i, 0, cols][:n].tolist(), final=ended)
-            if piece.text or piece.token_ids or piece.finish_reason:
+            if piece.finish_reason:  # the last text and the end in one event
+                self._finish(live, piece.finish_reason, text=piece.text, tokens=piece.token_ids)
+            elif piece.text or piece.token_ids:
                 self._emit(live, piece.text, piece.token_ids, None)
-            if piece.finish_reason:
-                self._finish(live, piece.finish_reason)
 
     def _tick(self) -> bool:
         """One round: cancellations, admissions, one dispatch per program with running slots.

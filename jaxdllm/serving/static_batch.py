@@ -88,8 +88,7 @@ class StaticBatchEngine(Engine):
         else:
             for live, row in zip(batch, generated):
                 piece = live.stream.extend(row.tolist(), final=True)
-                self._emit(live, piece.text, piece.token_ids, None)
-                self._finish(live, piece.finish_reason or "length")
+                self._finish(live, piece.finish_reason or "length", text=piece.text, tokens=piece.token_ids)
         finally:
             self._running = 0
         return self._busy()

@@ -105,7 +105,7 @@ def test_each_request_decodes_as_alone_whatever_shares_the_slots(preset):
     for i, text in enumerate(prompts):
         tokens, answer = alone(model, tok, tok.encode(text), config, params, seed=i)
         got = events[i]
-        assert [e.finished for e in got] == [False] * (len(got) - 1) + [True], text
+        assert [e.finished for e in got] == [False] * (len(got) - 1) + [True], text  # the last carries the end
         assert got[-1].finish_reason in ("stop", "length"), got[-1]
         assert [t for e in got for t in e.token_ids] == tokens, (preset, text)
         assert "".join(e.text for e in got) == answer, (preset, text)
@@ -247,5 +247,5 @@ def test_the_static_batch_baselines_answer_as_generate(llada, slots):
     engine.run_until_idle()
     for i, text in enumerate(TASKS):
         tokens, answer = alone(model, tok, tok.encode(text), config, None)
-        assert [t for e in events[i] for t in e.token_ids] == tokens and events[i][0].text == answer
+        assert [t for e in events[i] for t in e.token_ids] == tokens and events[i][-1].text == answer
     assert engine.dispatches == -(-len(TASKS) // slots)
