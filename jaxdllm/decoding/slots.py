@@ -39,8 +39,9 @@ TRACES: collections.Counter = collections.Counter()
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def prefill(graphdef, params, ids, segs, valid, keys, params_state=None, answer_starts=None, *, canvas, lay, config,
             params_def=None, rules=()):
-    """The initial one-row states of N prompts at once, stacked (leaves `[N, ...]`): `loop.init_step`
-    of each prompt alone (its prefill), mapped over the prompts.
+    """The one-row states of N prompts at once after their first step, stacked (leaves `[N, ...]`):
+    `loop.init_step` of each prompt alone (its prefill) and the loop's first step, mapped over the
+    prompts.
 
     Args:
       ids, segs: `[N, 1, Lp]`; valid: `[N, 1]`; keys: `[N, 2]` each request's PRNG key;
@@ -52,10 +53,14 @@ def prefill(graphdef, params, ids, segs, valid, keys, params_state=None, answer_
 
     def one(prompt, seg, ok, key, answer_start):
         view = CanvasView.of(seg, config.gen_length, answer_start, lay.lead)
-        return canvas.init(model, prompt, view, key, lay, config, ok, policy_params)
+        state = canvas.init(model, prompt, view, key, lay, config, ok, policy_params)
+        # The first step too (every loop takes one): the joining slots all start a block together, so
+        # a cache's refresh runs here for them alone, not for every slot at a later mixed step.
+        with branching.slot_context("slots", ok[0]):
+            return _step(canvas, model, state, view, lay, config, policy_params)
 
     with shd.use_rules(rules):
-        return jax.vmap(one, in_axes=(0, 0, 0, 0, None if answer_starts is None else 0))(
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None if answer_starts is None else 0), axis_name="slots")(
             ids, segs, valid, keys, answer_starts)
 
 
