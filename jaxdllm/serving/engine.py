@@ -296,12 +296,13 @@ class Engine:
                 if live is not None and live.request.request_id in ids:
                     self._finish(live, "cancelled")
 
-    def _group_for(self, key: tuple, config: SamplerConfig, lay: Layout) -> _Group | None:
+    def _group_for(self, key: tuple, config: SamplerConfig, lay: Layout, keep=()) -> _Group | None:
+        """The group of `key`, made if there is room (an idle group outside `keep` gives its place)."""
         group = self._groups.get(key)
         if group is not None:
             return group
         if len(self._groups) >= self.max_groups:
-            idle = next((k for k, g in self._groups.items() if not g.active.any()), None)
+            idle = next((k for k, g in self._groups.items() if not g.active.any() and k not in keep), None)
             if idle is None:
                 return None
             del self._groups[idle]
@@ -314,13 +315,13 @@ class Engine:
         prefilled together."""
         with self._lock:
             waiting = list(self._waiting)
-        joining: dict[int, tuple[_Group, list]] = {}
+        joining: dict[tuple, tuple[_Group, list]] = {}
         for live in waiting:
             config, p = live.request.config, live.prepared
-            group = self._group_for((config, p.lay), config, p.lay)
+            group = self._group_for((config, p.lay), config, p.lay, keep=joining)
             if group is None:
                 continue
-            entry = joining.setdefault(id(group), (group, []))
+            entry = joining.setdefault((config, p.lay), (group, []))
             if group.states is None or len(entry[1]) < len(group.reserve(len(entry[1]) + 1)):
                 if len(entry[1]) < self.slots:
                     entry[1].append(live)

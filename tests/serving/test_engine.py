@@ -249,3 +249,19 @@ def test_the_static_batch_baselines_answer_as_generate(llada, slots):
         tokens, answer = alone(model, tok, tok.encode(text), config, None)
         assert [t for e in events[i] for t in e.token_ids] == tokens and events[i][-1].text == answer
     assert engine.dispatches == -(-len(TASKS) // slots)
+
+
+def test_requests_of_other_settings_get_their_own_program_within_the_bound(llada):
+    """Two configs share no slots; with room for one program at a time, the second config's requests
+    wait until the first's are done (no request is lost, each answers as alone)."""
+    model, tok, config = llada
+    other = SamplerConfig.preset("llada", gen_length=16, block_length=4)
+    engine = Engine(model, tok, slots=2, max_groups=1)
+    events = {}
+    order = [(config, "reverse 4821="), (other, "sort 93715="), (config, "copy 2718="), (other, "123+456=")]
+    for i, (c, text) in enumerate(order):
+        engine.submit(Request(f"g{i}", ids_of(tok, text), c), collect(events, i))
+    engine.run_until_idle()
+    for i, (c, text) in enumerate(order):
+        assert "".join(e.text for e in events[i]) == alone(model, tok, tok.encode(text), c, None)[1]
+    assert engine.stats()["programs"] == 2 and engine.stats()["groups"] == 1
