@@ -130,7 +130,8 @@ class JaxdllmServer:
         """Serve's health check: the engine's scheduling thread must be alive (else Ray restarts us)."""
         thread = getattr(self.engine, "_thread", None)
         if thread is not None and not thread.is_alive():
-            raise RuntimeError("the engine's scheduling thread has stopped")
+            from jaxdllm.serving.requests import EngineStopped
+            raise EngineStopped("the engine's scheduling thread has stopped")
 
     async def __del__(self):
         """Serve stops the replica: its requests in flight have had `graceful_shutdown_timeout_s`; the
