@@ -450,6 +450,11 @@ class Engine:
                 if not busy and not self._waiting and not self._cancelled:
                     self._lock.wait(timeout=0.5)
 
+    @property
+    def alive(self) -> bool:
+        """The scheduling thread runs (False before `start` and after `shutdown`, or if it died)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         """Run the scheduling loop in a background (daemon) thread."""
         if self._thread is not None:

@@ -128,8 +128,7 @@ class JaxdllmServer:
 
     def check_health(self) -> None:
         """Serve's health check: the engine's scheduling thread must be alive (else Ray restarts us)."""
-        thread = getattr(self.engine, "_thread", None)
-        if thread is not None and not thread.is_alive():
+        if not self.engine.alive:
             from jaxdllm.serving.requests import EngineStopped
             raise EngineStopped("the engine's scheduling thread has stopped")
 
