@@ -27,7 +27,7 @@ CASES = {
     "llada": ("tasks-llada-small", TASKS, {}),
     "llada-random": ("tasks-llada-small", TASKS, {}),
     "fast-dllm-parallel": ("tasks-llada-small", TASKS, {}),
-    "fast-dllm-prefix": ("tasks-llada-small", TASKS, {"block_length": 4}),
+    "fast-dllm-prefix": ("tasks-llada-small", TASKS, {"block_length": 8}),
     "fast-dllm-dual": ("tasks-llada-small", TASKS, {"block_length": 4}),
     "fast-dllm-factor": ("tasks-llada-small", TASKS, {}),
     "dparallel": ("tasks-llada-small-dparallel", TASKS, {}),
