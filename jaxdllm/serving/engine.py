@@ -63,7 +63,6 @@ class _Live:
     request: Request
     on_event: Callable[[Event], None]
     prepared: Prepared
-    second: object
     stream: AnswerStream
     answer_col: int
     slot: int | None = None
@@ -184,7 +183,6 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.dispatches = 0
-        self.steps = 0
 
     # -- requests ---------------------------------------------------------------------------------
     def _second(self, config: SamplerConfig):
@@ -220,8 +218,7 @@ class Engine:
         second = self._second(config)
         p = prepare(self.model_config, np.asarray([request.prompt_ids], np.int32), None, config, 1, second)
         answer_col = p.lay.prompt_len if p.answer_start is None else int(p.answer_start[0])
-        return _Live(request, None, p, second, AnswerStream(self.tokenizer, request.max_tokens, request.stop),
-                     answer_col)
+        return _Live(request, None, p, AnswerStream(self.tokenizer, request.max_tokens, request.stop), answer_col)
 
     def check(self, request: Request) -> None:
         """Raise `InputError` / `ConfigError` (naming the limit or setting) if `request` cannot decode:

@@ -38,7 +38,7 @@ import math
 import secrets
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.exceptions import RequestValidationError

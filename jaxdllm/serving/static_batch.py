@@ -22,6 +22,7 @@ import numpy as np
 from jaxdllm import sharding as shd
 from jaxdllm.decoding.sampler import Sampler
 from jaxdllm.serving.engine import Engine
+from jaxdllm.serving.requests import Request
 
 
 class StaticBatchEngine(Engine):
@@ -38,14 +39,8 @@ class StaticBatchEngine(Engine):
 
     def warm_up(self, prompt_ids, config) -> None:
         """Compile the batch program for prompts like `prompt_ids` with `config`."""
-        live = self._prepare_request(prompt_ids, config)
-        self._decode([live, live])
-
-    def _prepare_request(self, prompt_ids, config):
-        from jaxdllm.serving.requests import Request
         live = self._prepare(Request("warm-up", tuple(prompt_ids), config))
-        live.on_event = lambda e: None
-        return live
+        self._decode([live, live])
 
     def _decode(self, batch: list) -> np.ndarray:
         """`[len(batch), G]` generated tokens of one padded batch."""
@@ -57,7 +52,7 @@ class StaticBatchEngine(Engine):
         ids = np.array([[pad] * (width - len(r)) + r for r in rows], np.int32)
         mask = np.array([[0] * (width - len(r)) + [1] * len(r) for r in rows], np.int32)
         out = self._sampler(ids, config, mask, key=jax.random.PRNGKey(batch[0].request.seed),
-                            policy_params=batch[0].second)
+                            policy_params=self._second(config))
         self.dispatches += 1
         for live, nfe in zip(batch, out.nfe):
             live.forwards = int(nfe)
