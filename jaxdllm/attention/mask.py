@@ -13,6 +13,11 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
   * `block_diffusion`: BD3-LM training on `[x_t ; x_0]` with `n = Lk // 2`, block of index
     p is `(p mod n) // block_size`; visible iff (same half and same block) or (q in x_t,
     k in x_0, block(q) > block(k)) or (both in x_0, block(q) >= block(k)).
+  * `set_block`: Set Block Decoding training (Gat et al. 2025) on `[x_hat ; x]` with `n = Lk // 2`
+    (a masked copy, then the clean sequence), blocks as in `block_diffusion`; visible iff (both in
+    x_hat and same block) or (q in x_hat, k in x, block(q) > block(k)) or (both in x, k <= q): the
+    clean half is plainly causal (next-token prediction), a masked block sees the clean tokens of
+    earlier blocks and its own block both ways.
   * `jacobi_forcing`: `prompt ++ [noisy_0 | clean_0 | noisy_1 | clean_1 | ...]`, blocks of
     `block_size`, prompt length `prefix_len`; the prompt is causal; a block token sees the
     whole prompt, earlier blocks of its own stream and, inside its block, itself and earlier
@@ -63,12 +68,12 @@ from flax import struct
 
 from jaxdllm.errors import ConfigError
 
-MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
-                   "denoise_canvas", "tree"]
-MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "jacobi_forcing", "lookahead",
+MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing",
+                   "lookahead", "denoise_canvas", "tree"]
+MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing", "lookahead",
               "denoise_canvas", "tree")
-_NEEDS_BLOCK = ("block_causal", "block_diffusion", "jacobi_forcing", "denoise_canvas")
-_HALVES = ("block_diffusion", "denoise_canvas")  # the rule needs the key length (two halves)
+_NEEDS_BLOCK = ("block_causal", "block_diffusion", "set_block", "jacobi_forcing", "denoise_canvas")
+_HALVES = ("block_diffusion", "set_block", "denoise_canvas")  # the rule needs the key length (two halves)
 _PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree")
 _WINDOWED = ("causal", "bidirectional", "denoise_canvas")
 
@@ -207,8 +212,11 @@ class MaskSpec:
         bs = self.block_size
         q_clean, k_clean = q_idx >= n, k_idx >= n
         q_blk, k_blk = (q_idx % n) // bs, (k_idx % n) // bs
-        same = (q_clean == k_clean) & (q_blk == k_blk)
         noisy_sees_clean = ~q_clean & k_clean & (q_blk > k_blk)
+        if self.kind == "set_block":  # the clean half is causal
+            same = ~q_clean & ~k_clean & (q_blk == k_blk)
+            return same | noisy_sees_clean | (q_clean & k_clean & (k_idx <= q_idx))
+        same = (q_clean == k_clean) & (q_blk == k_blk)
         clean_causal = q_clean & k_clean & (q_blk >= k_blk)
         return same | noisy_sees_clean | clean_causal
 
@@ -229,7 +237,7 @@ class MaskSpec:
 
         Elementwise on broadcastable int arrays; kernels call this on one tile's indices.
         """
-        if self.kind == "block_diffusion":
+        if self.kind in ("block_diffusion", "set_block"):
             return self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)
         if self.kind == "denoise_canvas":
             return self._denoise_canvas_visible(q_idx, k_idx, kv_len // 2)

@@ -19,6 +19,8 @@ a finished block's rewrite) are not counted, so `nfe` is the same for every exac
 * `block` (Fast-dLLM v2, block-causal models): exact. The prompt's K/V are prefilled once; each
   step feeds the window of model blocks holding the decoding block; a finished window's K/V are
   rewritten from its final tokens.
+* `set_block` (Set Block Decoding, causal models): exact. The block's first step re-encodes the k
+  tokens before it causally, fused with the block; later steps feed the block.
 
 A new cache is one `Cache` subclass plus one `register_cache` call; the loop names none of them.
 """
@@ -31,6 +33,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from jaxdllm.attention import MaskSpec
 from jaxdllm.decoding import branching
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.transformer import ForwardOutput
@@ -277,10 +280,59 @@ class BlockCache(Cache):
         return branching.cond(finished, write, lambda c: c, state.cache)
 
 
+@dataclasses.dataclass(frozen=True)
+class SetBlockCache(Cache):
+    """Set Block Decoding (Gat, Ben-Hamu et al. 2025, Algorithm 3 and Fig. 10) over a causal model's
+    exact K/V cache: the masked canvas decodes blocks of k = `block_length` MASK after the prompt.
+
+    The cache only ever holds causally computed K/V. The prompt is prefilled causally up to its last
+    k tokens, once (not in `nfe`). A block's first step feeds 2k tokens: the k tokens before it (the
+    prompt's last k, or the block just decided), causal, which writes their final K/V, fused with the
+    block itself, whose tokens see every earlier token and each other; later steps feed the block
+    alone over the cache. Every decided token's K/V are thus written from its final value, exactly
+    once, in a counted forward: no separate commit forward, and next-token decoding of the same
+    model (`jacobi`) is unchanged. Attention is the `tree` mask with one node of k tokens at the
+    block: the keys before it causal, the node both ways.
+    """
+
+    name = "set_block"
+    attentions = ("causal",)
+    exact = True
+
+    def init(self, model, canvas, view, lay, config):
+        k, Lp = config.block_length, lay.decode_start
+        if Lp < k:
+            raise ConfigError(f"cache='set_block' re-encodes the {k} tokens before each block: prompts must be padded "
+                              f"to at least block_length; pass prompt_bucket >= {k}")
+        cache = model.init_cache(canvas.shape[0], lay.total)
+        if Lp > k:
+            cache = model(canvas[:, :Lp - k], view.positions[:, :Lp - k], lay.mask(view.seg[:, :Lp - k]), cache,
+                          logits_slice=(Lp - k - 1, 1)).cache
+        return cache
+
+    def forward(self, model, state, view, lay, config, span):
+        k = config.block_length
+        start = block_start(state, lay, config)
+
+        def fused(cache):  # the k tokens before the block (causal, final) and the block
+            ids, pos, q_seg = view.window(state.canvas, start - k, 2 * k)
+            mask = MaskSpec(kind="tree", tree=(-1,), block_size=k, prefix_len=start, q_offset=start - k,
+                            q_segment_ids=q_seg)
+            return model(ids, pos, mask, cache, logits_slice=(k, k))
+
+        def block(cache):
+            ids, pos, q_seg = view.window(state.canvas, start, k)
+            mask = MaskSpec(kind="tree", tree=(-1,), block_size=k, prefix_len=start, q_offset=start, q_segment_ids=q_seg)
+            return model(ids, pos, mask, cache, logits_slice=(0, k))
+
+        out = branching.cond(state.block_step == 0, fused, block, state.cache)
+        return out.logits, out.cache, 1
+
+
 CACHES: Registry[Cache] = Registry("cache")
 register_cache = CACHES.register  # makes `cls` selectable as SamplerConfig(cache=cls.name)
 cache_class = CACHES.lookup
 
-for _cls in (NoCache, PrefixCache, DualCache, BlockCache):
+for _cls in (NoCache, PrefixCache, DualCache, BlockCache, SetBlockCache):
     register_cache(_cls)
 

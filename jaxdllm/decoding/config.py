@@ -364,6 +364,13 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # APD: a diffusion model's left-to-right drafts of up to 16 tokens, committed while they match the
     # mixture with a small causal model (companions.json names it) at R = 0.7.
     "apd": SamplerConfig(gen_length=256, policy="apd", mix=0.7, kv_window=16, draft_window=16, stop_at_eos=True),
+    # Set Block Decoding: a causal model trained with `set_block` decodes blocks of 16 MASK with the
+    # EB-sampler (greedy), the previous block re-encoded causally inside each block's first forward;
+    # gamma 0.1 and 0.35 are the paper's gamma_low / gamma_high for reasoning.
+    "sbd": SamplerConfig(gen_length=256, block_length=16, policy="entropy_bound", entropy_bound=0.1,
+                         cache="set_block", stop_at_eos=True),
+    "sbd-high": SamplerConfig(gen_length=256, block_length=16, policy="entropy_bound", entropy_bound=0.35,
+                              cache="set_block", stop_at_eos=True),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -396,4 +403,6 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "specdiff": "SpecDiff: a diffusion drafter (companions.json) drafts 8 tokens for a causal model",
     "diffuspec": "DiffuSpec: a diffusion drafter's lattice of 4 beams, verified by a causal model",
     "apd": "APD: a diffusion model's drafts kept while they match its mix with a small causal model",
+    "sbd": "Set Block Decoding: blocks of 16 MASK after a causal model's text, EB-sampler gamma 0.1 (exact prefix)",
+    "sbd-high": "Set Block Decoding with the paper's higher bound, gamma 0.35: fewer forwards",
 }

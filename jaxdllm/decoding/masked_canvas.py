@@ -44,10 +44,11 @@ class MaskedCanvas(Canvas):
         if model_config.mask_token_id is None:
             raise ConfigError("the model config has no mask_token_id; set it (ModelConfig.mask_token_id) "
                               "to decode with a diffusion sampler")
-        if model_config.attention not in ("bidirectional", "block_causal"):
+        if model_config.attention not in ("bidirectional", "block_causal") + config.cache.attentions:
             raise ConfigError(f"policy={config.policy.name!r} decodes diffusion models (bidirectional or "
                               f"block_causal attention); the model's attention is {model_config.attention!r} "
-                              "(causal models decode with policy='jacobi')")
+                              "(causal models decode with policy='jacobi', or, trained for Set Block Decoding, "
+                              "with cache='set_block')")
         config.cache.check_model(model_config, config)
         # A block-causal model decodes any gen_length (to the end of the block that holds the last
         # answer position, as the published loops); a bidirectional one decodes whole blocks.

@@ -71,6 +71,17 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window
             ok = ((q_clean == k_clean and bq == bk)            # 1. same half, same block
                   or (not q_clean and k_clean and bq > bk)     # 2. x_t sees earlier clean blocks
                   or (q_clean and k_clean and bq >= bk))       # 3. x_0 is block-causal
+        elif kind == "set_block":
+            # Set Block Decoding's Fig. 9 is written for [clean ; masked] with h = n: top-left causal,
+            # bottom-right same block, bottom-left blk(q) > blk(kv). Our layout is [masked ; clean]:
+            # swap the halves back and apply the figure's three rules.
+            qp, kp = (q + n) % (2 * n), (j + n) % (2 * n)   # index in the figure's layout
+            h = n
+            blk_q = (qp - h) // block if qp >= h else qp // block
+            blk_k = (kp - h) // block if kp >= h else kp // block
+            ok = ((qp < h and kp < h and kp <= qp)
+                  or (qp >= h and kp >= h and blk_q == blk_k)
+                  or (qp >= h and kp < h and blk_q > blk_k))
         elif kind == "jacobi_forcing":
             def where(p):  # (is_prompt, block index, stream 0 noisy / 1 clean, offset in block)
                 if p < prefix:

@@ -8,6 +8,7 @@ import functools
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxdllm import MaskSpec, ModelConfig
 from jaxdllm.data import BatchConfig, build_char_tokenizer, make_batch_iterator, make_mixture
@@ -166,3 +167,62 @@ def test_every_token_with_a_predictor_can_be_masked(kind):
             eligible[:, 0] = False
             eligible[:, 1:] &= seg[:, 1:] == seg[:, :-1]
         np.testing.assert_array_equal(masked, eligible)
+
+
+def test_sdar_loss_equals_a_dense_computation():
+    """SDAR's conversion loss: the BD3-LM layout and mask, one masking probability per row on the
+    answer tokens only, CE / p at the masked slots' own logits, over the number of answer tokens."""
+    model = tiny("tiny-block-diffusion", shift_logits=False)  # block-causal, block_size 8
+    config, bs = model.config, 8
+    objective = make_objective("sdar", {}, config)
+    b = batch(pack=False)
+    key = jax.random.PRNGKey(5)
+    loss, _ = objective(views(model), b, key)
+
+    masked, p = (np.asarray(x) for x in objective.noise(b, key, config))
+    tokens, seg, target = b["tokens"], b["segment_ids"], b["target_mask"]
+    assert not (masked & ~target).any() and masked.any(1).all()  # answers only; every row has a masked token
+    assert (p == p[:, :1]).all() and len(set(p[:, 0])) == len(p)   # one probability per row
+    both = np.concatenate([np.where(masked, config.mask_token_id, tokens), tokens], 1)
+    seg2 = np.concatenate([seg, seg], 1)
+    spec = MaskSpec(kind="block_diffusion", block_size=bs, q_segment_ids=seg2, kv_segment_ids=seg2)
+    logp = log_probs(forward(model, both, np.concatenate([b["positions"]] * 2, 1), spec).logits)
+    total = sum(-logp[r, i, tokens[r, i]] / p[r, i] for r, i in zip(*masked.nonzero()))
+    np.testing.assert_allclose(float(loss), total / target.sum(), rtol=2e-5)
+    with pytest.raises(ValueError, match="block_causal"):
+        make_objective("sdar", {}, tiny("tiny-qwen2").config.replace(mask_token_id=255))
+
+
+def test_set_block_loss_equals_the_papers_equation():
+    """Set Block Decoding's Eq. 14 written out: over `[x_hat ; x]` at repeated positions under the
+    paper's Fig. 9 mask, the clean half's next-token terms on the answer plus the masked slots' own
+    tokens, weight 1 each, one mean over all of them."""
+    from support.mask_rules import brute_force
+
+    model = tiny("tiny-qwen2")
+    config = model.config.replace(mask_token_id=255)
+    objective = make_objective("set_block", {"min_block": 2, "max_block": 3}, config)
+    b = batch(pack=False)
+    key = jax.random.PRNGKey(7)
+    graphdef, state = nnx.split(model)  # a pure function of the weights: the objective calls it in lax.switch
+    student = jax.jit(lambda t, p, m: nnx.merge(graphdef, state)(t, positions=p, attention=m).logits)
+    loss, metrics = objective(Views(student=student, config=config), b, key)
+
+    masked, k = objective.noise(b, key)
+    masked, k = np.asarray(masked), int(k)
+    tokens, seg, target = b["tokens"], b["segment_ids"], b["target_mask"]
+    rows, n = tokens.shape
+    assert 2 <= k <= 3 and not (masked & ~target).any() and masked.sum() > 8
+    both = np.concatenate([np.where(masked, 255, tokens), tokens], 1)
+    seg2 = np.concatenate([seg, seg], 1)
+    spec = MaskSpec(kind="set_block", block_size=k, q_segment_ids=seg2, kv_segment_ids=seg2)
+    np.testing.assert_array_equal(np.asarray(spec.dense(2 * n, 2 * n))[0] | (seg2[0][:, None] != seg2[0][None]),
+                                  brute_force("set_block", 2 * n, 2 * n, block=k) | (seg2[0][:, None] != seg2[0][None]))
+    logp = log_probs(forward(model, both, np.concatenate([b["positions"]] * 2, 1), spec).logits)
+    terms = [-logp[r, n + i - 1, tokens[r, i]] for r in range(rows) for i in range(1, n)
+             if target[r, i] and seg[r, i] == seg[r, i - 1]]                       # NTP: x_i from x_<i
+    terms += [-logp[r, i, tokens[r, i]] for r, i in zip(*masked.nonzero())]        # masked slots: their own token
+    np.testing.assert_allclose(float(loss), np.mean(terms), rtol=2e-5)
+    assert int(metrics["masked_tokens"]) == masked.sum()
+    with pytest.raises(ValueError, match="causal"):
+        make_objective("set_block", {}, tiny("tiny-block-diffusion").config)

@@ -16,6 +16,8 @@ from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
 from jaxdllm.train.objectives.jacobi_forcing import Cllm, JacobiForcing
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 from jaxdllm.train.objectives.medusa import MedusaObjective
+from jaxdllm.train.objectives.sdar import SdarConversion
+from jaxdllm.train.objectives.set_block import SetBlockDecoding
 from jaxdllm.train.objectives.uniform_block_diffusion import UniformBlockDiffusion
 
 OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
@@ -23,7 +25,7 @@ register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective
 objective_class = OBJECTIVES.lookup
 
 for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion,
-             MedusaObjective):
+             MedusaObjective, SdarConversion, SetBlockDecoding):
     register_objective(_cls)
 
 

@@ -40,7 +40,7 @@ class BlockDiffusion(Objective):
 
     def check(self, config):
         if not (self.block_size or config.block_size):
-            raise ConfigError("objective 'block_diffusion' needs a block size: set [objective] block_size "
+            raise ConfigError(f"objective {self.name!r} needs a block size: set [objective] block_size "
                               "or the model's block_size")
 
     def blocks(self, config) -> int:
@@ -69,8 +69,12 @@ class BlockDiffusion(Objective):
                                jnp.concatenate([batch["positions"]] * 2, axis=1), mask)
         logits = _predictors(logits, n, bs) if config.shift_logits else logits[:, :n]
         weighted = jnp.where(masked, token_ce(logits, tokens) / p, 0.0)
-        loss = weighted.sum() / jnp.maximum((seg > 0).sum(), 1)
+        loss = weighted.sum() / self.normaliser(batch)
         return loss, masked_metrics(loss, logits, tokens, masked)
+
+    def normaliser(self, batch: dict) -> jax.Array:
+        """What the summed weighted loss is divided by: the real tokens."""
+        return jnp.maximum((batch["segment_ids"] > 0).sum(), 1)
 
 
 def _predictors(logits: jax.Array, n: int, block_size: int) -> jax.Array:
