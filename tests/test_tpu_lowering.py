@@ -21,7 +21,9 @@ pytestmark = pytest.mark.mesh
 MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-prefix": "llada-8b",
             "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
             "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "lookahead": "qwen2.5-7b",
-            "block-diffusion": "fast-dllm-v2-7b"}
+            "block-diffusion": "fast-dllm-v2-7b", "sdar": "sdar-8b"}
+# Further models under a preset above, model -> preset (the slow run, ~5 s each): Qwen3's q/k norm.
+MORE_MODELS = {"qwen3-8b": "jacobi"}
 MESHES = [(1, 1, 1), (1, 4, 2), (2, 2, 2), (1, 8, 1)]   # (data, fsdp, tensor): one chip, and v5e-8 layouts
 
 
@@ -31,10 +33,11 @@ def _sampler(preset: str) -> SamplerConfig:
     return SamplerConfig.preset(preset)
 
 
-def _export_decode(preset: str, mesh_shape, platform="tpu", impl="auto"):
+def _export_decode(preset: str, mesh_shape, platform="tpu", impl="auto", model_preset: str | None = None):
     data, fsdp, tensor = mesh_shape
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
-    model = abstract_model(ModelConfig.preset(MODEL_OF[preset]), mesh, options=RunOptions(BF16, BF16, attention_impl=impl))
+    config = ModelConfig.preset(model_preset or MODEL_OF[preset])
+    model = abstract_model(config, mesh, options=RunOptions(BF16, BF16, attention_impl=impl))
     return program_facts(Sampler(model).export((8, 128), _sampler(preset), platform=platform))
 
 
@@ -54,6 +57,13 @@ SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in ME
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_the_decoding_loop_lowers_for_tpu(preset, mesh_shape):
     _check(_export_decode(preset, mesh_shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_shape", MESHES, ids=lambda v: "x".join(map(str, v)))
+@pytest.mark.parametrize("model_preset", MORE_MODELS)
+def test_the_decoding_loop_lowers_for_tpu_on_more_models(model_preset, mesh_shape):
+    _check(_export_decode(MORE_MODELS[model_preset], mesh_shape, model_preset=model_preset))
 
 
 @pytest.mark.slow  # moved to the slow run: the default run's 6-minute budget

@@ -1,5 +1,5 @@
-"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `block_diffusion`, `llada2`) or
-one subpackage for a family with a model of its own (`diffusion_gemma`), holding its model_types,
+"""Model families: one module each (`llada`, `dream`, `qwen2_llama`, `qwen3`, `block_diffusion`, `sdar`,
+`llada2`) or one subpackage for a family with a model of its own (`diffusion_gemma`), holding its model_types,
 presets, config.json reading and writing, tensor table, special ids, model, parameter count and
 default sampler. Everything else dispatches through `FAMILIES`: a new family is one module and one
 line here; `register` checks it against the protocol (`family.FAMILY_PROTOCOL`).
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import ModelConfig, register_family_config, register_presets
-from jaxdllm.models.families import block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama
+from jaxdllm.models.families import (block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama,
+                                      qwen3, sdar)
 from jaxdllm.models.families.family import Family, check_family
 from jaxdllm.models.transformer import register_model
 
@@ -30,13 +31,15 @@ def register(*families: Family) -> tuple[Family, ...]:
     return families
 
 
-# In lookup order: a family that refines others (block diffusion: Qwen2 / Dream / Llama with a block
-# size) comes before them.
+# In lookup order: a family that refines others (block diffusion: Qwen2 / Dream / Llama with `bd_size`,
+# shifted; SDAR: Qwen2 / Qwen3 / Llama with `block_size` and `mask_token_id`, unshifted) comes before them.
 FAMILIES: tuple[Family, ...] = register(
     llada.FAMILY,
     block_diffusion.FAMILY,
+    sdar.FAMILY,
     dream.FAMILY,
     qwen2_llama.FAMILY,
+    qwen3.FAMILY,
     llada2.FAMILY,
     diffusion_gemma.FAMILY,
 )

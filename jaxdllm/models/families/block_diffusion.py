@@ -6,8 +6,9 @@ blocks of 32 (its sampler decodes sub-blocks of 8), mask 151665, stop at `<|im_e
 BOS 151643.
 
 config.json: a Qwen2 (or Dream, or Llama) config.json whose `bd_size` key holds the block size;
-every other key as that base family reads it. A `ModelConfig` with `checkpoint_format` "hf" and
-block-causal attention exports this way. Tensors: the Hugging Face Qwen2 / Llama names.
+every other key as that base family reads it. A `ModelConfig` with `checkpoint_format` "hf",
+block-causal attention and shifted logits exports this way (unshifted: SDAR's layout, `sdar`, whose
+config.json key is `block_size`). Tensors: the Hugging Face Qwen2 / Llama names.
 
 Decoding (every block-causal model, BD3-LM's and LLaDA2's too): the published layout of
 `jaxdllm.decoding.layout`. Blocks sit at absolute positions from the start of each row; the block
@@ -55,8 +56,10 @@ def reads(raw: dict) -> bool:
 
 
 def holds(c: ModelConfig) -> bool:
-    """A block-causal model with Hugging Face names on one of the base model types."""
-    return c.checkpoint_format == "hf" and c.attention == "block_causal" and c.model_type.lower() in BASE_MODEL_TYPES
+    """A block-causal model with shifted logits and Hugging Face names on one of the base model types
+    (unshifted: `sdar`)."""
+    return (c.checkpoint_format == "hf" and c.attention == "block_causal" and c.shift_logits
+            and c.model_type.lower() in BASE_MODEL_TYPES)
 
 
 def config_from_hf(raw: dict, where: str) -> ModelConfig:

@@ -1,5 +1,5 @@
 """config.json pieces the families share: ids, dtypes, RoPE keys, required keys, and the keys of a
-Hugging Face LLaMA-style decoder (Qwen2, Llama, Dream and block-diffusion Qwen2 checkpoints).
+Hugging Face LLaMA-style decoder (Qwen2, Llama, Qwen3, Dream, SDAR and block-diffusion Qwen2 checkpoints).
 
 Both transformers 4.x keys (`rope_theta`, `rope_scaling`, `torch_dtype`) and 5.x keys
 (`rope_parameters`, `dtype`) are read; on export the keys of the source config are kept.
@@ -12,6 +12,10 @@ from jaxdllm.models.config import AttentionMode, ModelConfig, RopeScaling
 from jaxdllm.models.families.family import model_type_of
 
 SPECIAL_ID_KEYS = ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id")
+# Decoder model_types whose `attention_bias` puts biases on q, k, v and o (the others, Qwen2 and Dream:
+# q/k/v biases always, none on o), and those with q/k RMSNorm over head_dim (`q_norm` / `k_norm`).
+ATTENTION_BIAS_TYPES = ("llama", "qwen3", "sdar")
+QK_NORM_TYPES = ("qwen3", "sdar")
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
@@ -82,8 +86,9 @@ def write_rope(c: ModelConfig, out: dict) -> None:
 def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_logits: bool,
                     block_size: int | None = None) -> ModelConfig:
     """A `ModelConfig` from the config.json of a Hugging Face LLaMA-style decoder (`model_type`
-    qwen2, dream or llama); the family decides the attention and whether logits are shifted.
-    Qwen2 and Dream have q/k/v biases and no others; Llama's are its `attention_bias` / `mlp_bias`."""
+    qwen2, dream, llama, qwen3 or sdar); the family decides the attention and whether logits are shifted.
+    Qwen2 and Dream have q/k/v biases and no others; Llama's are its `attention_bias` (q/k/v and o) /
+    `mlp_bias`; Qwen3's (and SDAR's) its `attention_bias` (q/k/v and o), with q/k RMSNorm."""
     require(raw, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"),
             where)
     if raw.get("use_sliding_window"):
@@ -91,7 +96,8 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
     require_silu(raw, where)
     theta, scaling = read_rope(raw)
     heads = raw["num_attention_heads"]
-    is_llama = model_type_of(raw) == "llama"
+    kind = model_type_of(raw)
+    own_bias = kind in ATTENTION_BIAS_TYPES
     attention_bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
         vocab_size=raw["vocab_size"], embed_dim=raw["hidden_size"],
@@ -99,8 +105,8 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
         num_kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
         mlp_dim=raw["intermediate_size"], attention=attention, block_size=block_size,
-        qkv_bias=attention_bias if is_llama else True, out_bias=attention_bias if is_llama else False,
-        mlp_bias=bool(raw.get("mlp_bias", False)) if is_llama else False,
+        qkv_bias=attention_bias if own_bias else True, out_bias=attention_bias if own_bias else False,
+        mlp_bias=bool(raw.get("mlp_bias", False)) if kind == "llama" else False, qk_norm=kind in QK_NORM_TYPES,
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), shift_logits=shift_logits,
         rope_theta=theta, rope_scaling=scaling, norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position=int(raw.get("max_position_embeddings", 4096)),
@@ -112,7 +118,15 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
 def write_hf_decoder(c: ModelConfig, out: dict, architecture: str, **extra) -> None:
     """The config.json keys of a Hugging Face LLaMA-style decoder into `out`; `extra` keys (a
     family's own) follow the shape keys; `architecture` is written when the source had none or was
-    another model type (a model adapted to another family, e.g. a Qwen2 model trained into Dream)."""
+    another model type (a model adapted to another family, e.g. a Qwen2 model trained into Dream).
+    A config whose biases or q/k norm its model_type cannot write down is a `ConfigError`."""
+    kind = c.model_type.lower()
+    if c.qk_norm != (kind in QK_NORM_TYPES):
+        raise ConfigError(f"model_type {c.model_type!r} {'has no' if c.qk_norm else 'needs'} q/k RMSNorm "
+                          f"(qk_norm={c.qk_norm}); q/k norm is written by model_type {' or '.join(QK_NORM_TYPES)}")
+    if kind in QK_NORM_TYPES and c.qkv_bias != c.out_bias:
+        raise ConfigError(f"model_type {c.model_type!r}: attention_bias puts biases on q, k, v and o together; "
+                          f"got qkv_bias={c.qkv_bias}, out_bias={c.out_bias}")
     if out.get("model_type") not in (None, c.model_type):
         out.pop("architectures", None)
         out.pop("auto_map", None)
@@ -123,6 +137,8 @@ def write_hf_decoder(c: ModelConfig, out: dict, architecture: str, **extra) -> N
                max_position_embeddings=c.max_position)
     if c.model_type == "llama":
         out.update(attention_bias=c.qkv_bias, mlp_bias=c.mlp_bias)
+    elif kind in ATTENTION_BIAS_TYPES:
+        out.update(attention_bias=c.qkv_bias)
     out.update(extra)
     write_rope(c, out)
     out.setdefault("architectures", [architecture])

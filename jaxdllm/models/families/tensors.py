@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 
 
@@ -73,7 +74,8 @@ class TensorMapping:
 @dataclasses.dataclass(frozen=True)
 class DecoderNames:
     """The tensor names of a LLaMA-style decoder: whole-model names, then per-layer names under
-    `layers + "{i}."` (each without `.weight` / `.bias`)."""
+    `layers + "{i}."` (each without `.weight` / `.bias`); `q_norm` / `k_norm`: the q/k RMSNorms of a
+    config with `qk_norm` (Qwen3)."""
 
     embed: str
     layers: str
@@ -88,13 +90,17 @@ class DecoderNames:
     gate: str
     up: str
     down: str
+    q_norm: str | None = None
+    k_norm: str | None = None
 
 
 def decoder_table(c: ModelConfig, names: DecoderNames) -> list[TensorMapping]:
     """Every tensor of a LLaMA-style decoder named by `names`, in file order: embedding; per layer
-    the two norms, q/k/v/o (then each one's bias where the config has them), gate/up/down; final
-    norm; the LM head unless tied."""
+    the two norms, q/k/v/o (then each one's bias where the config has them), the q/k norms where
+    the config has them, gate/up/down; final norm; the LM head unless tied."""
     d, h, kv, hd, m, v = c.embed_dim, c.num_heads, c.num_kv_heads, c.head_dim, c.mlp_dim, c.vocab_size
+    if c.qk_norm and not (names.q_norm and names.k_norm):
+        raise ConfigError(f"{c.model_type!r}: this checkpoint layout has no q/k norm tensors (qk_norm=True)")
     heads = {"q": h, "k": kv, "v": kv, "o": h}
     table = [TensorMapping(names.embed + ".weight", ("embed",), (v, d), (v, d), False)]
     for i in range(c.num_layers):
@@ -111,6 +117,9 @@ def decoder_table(c: ModelConfig, names: DecoderNames) -> list[TensorMapping]:
                 table.append(TensorMapping(name + ".weight", path + ("kernel",), (n * hd, d), (d, n, hd), True))
                 if c.qkv_bias:
                     table.append(TensorMapping(name + ".bias", path + ("bias",), (n * hd,), (n, hd), False))
+        if c.qk_norm:
+            table += [TensorMapping(lp + getattr(names, ours) + ".weight", at + ("attn", ours, "scale"), (hd,), (hd,),
+                                    False) for ours in ("q_norm", "k_norm")]
         for ours in ("gate", "up", "down"):
             name, path = lp + getattr(names, ours), at + ("mlp", ours)
             out_dim, in_dim = (d, m) if ours == "down" else (m, d)
@@ -124,11 +133,13 @@ def decoder_table(c: ModelConfig, names: DecoderNames) -> list[TensorMapping]:
     return table
 
 
-# Hugging Face Llama / Qwen2 names (Dream and block-diffusion Qwen2 checkpoints use them too).
+# Hugging Face Llama / Qwen2 / Qwen3 names (Dream, SDAR and block-diffusion Qwen2 checkpoints use them too);
+# the q/k norms are Qwen3's.
 HF_DECODER_NAMES = DecoderNames(
     embed="model.embed_tokens", layers="model.layers.", final_norm="model.norm", lm_head="lm_head",
     attn_norm="input_layernorm", mlp_norm="post_attention_layernorm", q="self_attn.q_proj", k="self_attn.k_proj",
-    v="self_attn.v_proj", o="self_attn.o_proj", gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj")
+    v="self_attn.v_proj", o="self_attn.o_proj", gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj",
+    q_norm="self_attn.q_norm", k_norm="self_attn.k_norm")
 
 
 def swiglu(prefix: str, at: tuple, d: int, m: int, expert: int | None = None) -> list[TensorMapping]:
