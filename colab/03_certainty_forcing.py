@@ -54,11 +54,12 @@ from IPython.display import Image, display
 import jaxdllm
 
 SMALL = jax.default_backend() == "cpu"
+TEST = os.environ.get("JAXDLLM_NOTEBOOK_SIZE") == "test"  # the test suite's run: the same cells, smaller still
 RUN = Path("runs/notebook-dparallel")
 shutil.rmtree(RUN, ignore_errors=True)
 RECIPE = "dparallel_tasks_tiny_cpu"  # a shipped recipe by name (training/dparallel_tasks_tiny_cpu.toml)
-size = ["--set", "distill.examples_per_task=40"] if SMALL else []
-steps = ["--steps", "30", "--set", "data.batch_size=16"] if SMALL else []
+size = ["--set", f"distill.examples_per_task={8 if TEST else 40}"] if SMALL else []
+steps = ["--steps", "10" if TEST else "30", "--set", "data.batch_size=16"] if SMALL else []
 print("small size:", SMALL)
 
 
@@ -95,8 +96,8 @@ print({k: round(v, 4) for k, v in metrics[-1].items() if isinstance(v, float)})
 # The same entropy-threshold sweep on the teacher and on the student.
 
 # %%
-tasks, n = ("copy,sort,add,perm", "50") if SMALL else ("suite", "200")
-sweep = "entropy_threshold=0.1,0.2,0.35,0.5"
+tasks, n = ("copy,sort,add,perm", "8" if TEST else "50") if SMALL else ("suite", "200")
+sweep = "entropy_threshold=0.1,0.5" if TEST else "entropy_threshold=0.1,0.2,0.35,0.5"
 for name, model in (("before", "tasks-llada-small"), ("after", str(RUN / "model"))):
     jaxdllm_cli("eval", "--model", model, "--preset", "dparallel", "--sweep", sweep, "--tasks", tasks, "--n", n,
             "--out", str(RUN / f"eval-{name}"), "--no-progress")

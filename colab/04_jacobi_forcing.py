@@ -56,11 +56,12 @@ import jaxdllm.shipped
 
 jaxdllm.enable_compilation_cache()  # compiled loops are kept on disk: a second session skips compiling
 SMALL = jax.default_backend() == "cpu"
+TEST = os.environ.get("JAXDLLM_NOTEBOOK_SIZE") == "test"  # the test suite's run: the same cells, smaller still
 RUN = Path("runs/notebook-jacobi-forcing")
 shutil.rmtree(RUN, ignore_errors=True)
 RECIPE = "jacobi_forcing_tasks_cpu"  # a shipped recipe by name (training/jacobi_forcing_tasks_cpu.toml)
-size = ["--set", "distill.examples_per_task=40"] if SMALL else []
-steps = ["--steps", "30"] if SMALL else []
+size = ["--set", f"distill.examples_per_task={8 if TEST else 40}"] if SMALL else []
+steps = (["--steps", "10", "--set", "data.batch_size=16"] if TEST else ["--steps", "30"]) if SMALL else []
 print("small size:", SMALL)
 
 
@@ -122,7 +123,7 @@ print({k: round(v, 4) for k, v in metrics[-1].items() if isinstance(v, float)})
 # two rounds keep AR's accuracy and reach 3.16 tokens per forward over the nine tasks (next cell).
 
 # %%
-tasks, n = ("copy,sort,reverse_long", "50") if SMALL else ("suite,long", "200")
+tasks, n = ("copy,sort,reverse_long", "8" if TEST else "50") if SMALL else ("suite,long", "200")
 for name, path in (("before", base), ("after", str(RUN / "model"))):
     jaxdllm_cli("eval", "--model", path, "--tasks", tasks, "--n", n, "--out", str(RUN / f"eval-{name}"), "--no-progress")
 

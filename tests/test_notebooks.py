@@ -1,6 +1,8 @@
 """Every notebook in colab/ runs top to bottom at its small size (CPU, no network) with nbclient,
 from colab/ (where Jupyter starts a notebook) and, except the two training notebooks, from the
-repository root; its saved copy with outputs has no error cell."""
+repository root; its saved copy with outputs has no error cell. The training notebooks run their
+cells at a test size (`JAXDLLM_NOTEBOOK_SIZE=test`: fewer teacher answers, steps and eval prompts;
+the same commands, files and plot)."""
 
 import json
 import re
@@ -35,7 +37,7 @@ def test_notebooks_name_no_root_relative_path():
     assert not [line for line in code_lines if re.search(r"(?<!/ )[\"'](checkpoints|training|sampling)/", line)]
 
 
-# The training notebooks (about 3 and 2 minutes a run) run once, from colab/ (where Jupyter and Colab
+# The training notebooks (about a minute each at the test size) run once, from colab/ (where Jupyter and Colab
 # start them); every other notebook also runs from the repository root. Working-folder independence
 # is checked for every notebook above (no root-relative path) and by the runs from both folders.
 TRAINING = {"03_certainty_forcing", "04_jacobi_forcing"}
@@ -50,6 +52,9 @@ def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
     # The notebooks turn on the persistent compilation cache (`jaxdllm.enable_compilation_cache()`); here
     # it is the test processes' folder, so a notebook's second run (the other working folder) loads the
     # programs its first run compiled, as a user's second session does.
+    # The training notebooks' test size (colab/03, colab/04: the parameters cell reads it); the others
+    # have no size of their own below the CPU one and ignore it.
+    monkeypatch.setenv("JAXDLLM_NOTEBOOK_SIZE", "test")
     cache = jax.config.jax_compilation_cache_dir
     if cache:
         monkeypatch.setenv("JAXDLLM_COMPILATION_CACHE", str(Path(cache) / "notebooks"))
