@@ -14,10 +14,11 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     p is `(p mod n) // block_size`; visible iff (same half and same block) or (q in x_t,
     k in x_0, block(q) > block(k)) or (both in x_0, block(q) >= block(k)).
   * `set_block`: Set Block Decoding training (Gat et al. 2025) on `[x_hat ; x]` with `n = Lk // 2`
-    (a masked copy, then the clean sequence), blocks as in `block_diffusion`; visible iff (both in
-    x_hat and same block) or (q in x_hat, k in x, block(q) > block(k)) or (both in x, k <= q): the
-    clean half is plainly causal (next-token prediction), a masked block sees the clean tokens of
-    earlier blocks and its own block both ways.
+    (a masked copy, then the clean sequence); the block of index p is `((p mod n) - prefix_len) //
+    block_size` (`prefix_len` 0, or per row: blocks counted from each row's answer, negative before
+    it); visible iff (both in x_hat and same block) or (q in x_hat, k in x, block(q) > block(k)) or
+    (both in x, k <= q): the clean half is plainly causal (next-token prediction), a masked block
+    sees the clean tokens of earlier blocks and its own block both ways.
   * `jacobi_forcing`: `prompt ++ [noisy_0 | clean_0 | noisy_1 | clean_1 | ...]`, blocks of
     `block_size`, prompt length `prefix_len`; the prompt is causal; a block token sees the
     whole prompt, earlier blocks of its own stream and, inside its block, itself and earlier
@@ -74,7 +75,7 @@ MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "set
               "denoise_canvas", "tree")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "set_block", "jacobi_forcing", "denoise_canvas")
 _HALVES = ("block_diffusion", "set_block", "denoise_canvas")  # the rule needs the key length (two halves)
-_PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree")
+_PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree", "set_block")
 _WINDOWED = ("causal", "bidirectional", "denoise_canvas")
 
 
@@ -88,7 +89,8 @@ class MaskSpec:
       q_offset: physical index of the first query in the key sequence; int or traced int32
         scalar (a sampler step over a cache).
       prefix_len: prompt length for `jacobi_forcing` and `denoise_canvas`, the window's first index
-        for `lookahead`, the first node's first index for `tree`; int, scalar or `[B]` int32.
+        for `lookahead`, the first node's first index for `tree`, the first block's start for
+        `set_block`; int, scalar or `[B]` int32.
       window_shape: `(levels, width, branch_len)` of the `lookahead` layout (static).
       q_segment_ids: optional `[B, Lq]` int32; 0 marks padding.
       kv_segment_ids: optional `[B, Lk]` int32; 0 marks padding or an unwritten cache slot.
@@ -213,7 +215,9 @@ class MaskSpec:
         q_clean, k_clean = q_idx >= n, k_idx >= n
         q_blk, k_blk = (q_idx % n) // bs, (k_idx % n) // bs
         noisy_sees_clean = ~q_clean & k_clean & (q_blk > k_blk)
-        if self.kind == "set_block":  # the clean half is causal
+        if self.kind == "set_block":  # blocks from prefix_len; the clean half is causal
+            q_blk, k_blk = (q_idx % n - self.prefix_len) // bs, (k_idx % n - self.prefix_len) // bs
+            noisy_sees_clean = ~q_clean & k_clean & (q_blk > k_blk)
             same = ~q_clean & ~k_clean & (q_blk == k_blk)
             return same | noisy_sees_clean | (q_clean & k_clean & (k_idx <= q_idx))
         same = (q_clean == k_clean) & (q_blk == k_blk)

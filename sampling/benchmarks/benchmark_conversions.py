@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 import jaxdllm
-from jaxdllm.data import make_mixture
+from jaxdllm.data import get_task, make_mixture
 from jaxdllm.decoding import SamplerConfig
 from jaxdllm.eval.runner import left_pad
-from jaxdllm.eval.tasks import LONG, SUITE, SuiteEvalTask
+from jaxdllm.eval.tasks import LONG, SUITE
 from jaxdllm.extras import exit_if_missing
 from jaxdllm.tokenizer import Tokenizer, answer_length, decode_response
 from sampling.benchmarks.report import write_report
@@ -81,7 +81,7 @@ def measure(label: str, model_dir: Path, config: SamplerConfig, n_prompts: int, 
         res = run(0, len(ids))
         tokens = np.asarray(res.tokens)[:, width:]
         lengths = [answer_length(row, eos) for row in tokens]
-        correct = [bool(SuiteEvalTask(e.task).score(None, decode_response(tokenizer, row, eos)))
+        correct = [bool(get_task(e.task).check(e.prompt, decode_response(tokenizer, row, eos)))
                    for e, row in zip(examples, tokens)]
         chunks = [(lo, lo + 8) for lo in range(0, len(ids) - 7, 8)]
         batch_s = timed(lambda: [run(lo, hi) for lo, hi in chunks], repeats=repeats).min_s

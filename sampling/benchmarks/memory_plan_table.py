@@ -24,6 +24,8 @@ SAMPLING = [  # (model preset, sampler preset, weights: a dtype or int8)
     ("dream-7b", "dream", "bfloat16"), ("qwen2.5-7b", "jacobi-forcing", "bfloat16"),
     ("llada-8b", "llada", "int8"), ("llada-8b", "fast-dllm-dual", "int8"),
     ("dream-7b", "dream", "int8"), ("qwen2.5-7b", "jacobi-forcing", "int8"),
+    ("sdar-8b", "sdar", "bfloat16"), ("qwen3-8b", "sbd", "bfloat16"),
+    ("sdar-8b", "sdar", "int8"), ("qwen3-8b", "sbd", "int8"),
 ]
 SAMPLING_RUNTIMES = ["v5e-1", "v6e-1", "v2-8", "v5e-8"]
 # LLaDA2 (MoE): the published sampler, with and without the exact block cache (K/V of finished blocks).
@@ -33,7 +35,8 @@ MOE_PROMPT = 512
 DIFFUSIONGEMMA = ("diffusiongemma-26b-a4b", ["v5e-1", "v6e-1", "v5e-8", "v5p-8", "v5e-16"])
 TRAINING = [("llada8b_sft_gsm8k", "llada-8b"), ("llada8b_lora_gsm8k", "llada-8b"),
             ("dparallel_llada8b", "llada-8b"), ("dparallel_dream7b", "dream-7b"),
-            ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b"), ("diffusiongemma_26b_lora_sft", "diffusiongemma-26b-a4b")]
+            ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b"), ("diffusiongemma_26b_lora_sft", "diffusiongemma-26b-a4b"),
+            ("sdar_qwen3_8b", "qwen3-8b"), ("set_block_qwen3_8b", "qwen3-8b")]
 TRAINING_RUNTIMES = ["v5e-8", "v4-32", "v5p-8"]
 
 

@@ -76,9 +76,9 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window
             # bottom-right same block, bottom-left blk(q) > blk(kv). Our layout is [masked ; clean]:
             # swap the halves back and apply the figure's three rules.
             qp, kp = (q + n) % (2 * n), (j + n) % (2 * n)   # index in the figure's layout
-            h = n
-            blk_q = (qp - h) // block if qp >= h else qp // block
-            blk_k = (kp - h) // block if kp >= h else kp // block
+            h = n   # blocks start at `prefix` in each half (negative block indices before it)
+            blk_q = (qp - h - prefix) // block if qp >= h else (qp - prefix) // block
+            blk_k = (kp - h - prefix) // block if kp >= h else (kp - prefix) // block
             ok = ((qp < h and kp < h and kp <= qp)
                   or (qp >= h and kp >= h and blk_q == blk_k)
                   or (qp >= h and kp < h and blk_q > blk_k))

@@ -215,9 +215,15 @@ def test_set_block_loss_equals_the_papers_equation():
     assert 2 <= k <= 3 and not (masked & ~target).any() and masked.sum() > 8
     both = np.concatenate([np.where(masked, 255, tokens), tokens], 1)
     seg2 = np.concatenate([seg, seg], 1)
-    spec = MaskSpec(kind="set_block", block_size=k, q_segment_ids=seg2, kv_segment_ids=seg2)
-    np.testing.assert_array_equal(np.asarray(spec.dense(2 * n, 2 * n))[0] | (seg2[0][:, None] != seg2[0][None]),
-                                  brute_force("set_block", 2 * n, 2 * n, block=k) | (seg2[0][:, None] != seg2[0][None]))
+    # the blocks of each row start at its first answer token (where decoding puts them)
+    answer = np.array([int(np.nonzero(target[r])[0][0]) for r in range(rows)])
+    assert len(set(answer)) > 1
+    spec = MaskSpec(kind="set_block", block_size=k, prefix_len=answer, q_segment_ids=seg2, kv_segment_ids=seg2)
+    dense = np.asarray(spec.dense(2 * n, 2 * n))
+    for r in range(rows):
+        other = seg2[r][:, None] != seg2[r][None]
+        np.testing.assert_array_equal(dense[r] | other, brute_force("set_block", 2 * n, 2 * n, block=k,
+                                                                    prefix=answer[r]) | other)
     logp = log_probs(forward(model, both, np.concatenate([b["positions"]] * 2, 1), spec).logits)
     terms = [-logp[r, n + i - 1, tokens[r, i]] for r in range(rows) for i in range(1, n)
              if target[r, i] and seg[r, i] == seg[r, i - 1]]                       # NTP: x_i from x_<i

@@ -38,6 +38,11 @@ class BlockDiffusion(Objective):
         if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size <= 0):
             raise ConfigError(f"[objective] block_size must be a positive integer, got {self.block_size!r}")
 
+    @property
+    def stacked_views(self) -> int:
+        """The model reads two copies of each row, `[x_t ; x_0]`, along its length."""
+        return 2
+
     def check(self, config):
         if not (self.block_size or config.block_size):
             raise ConfigError(f"objective {self.name!r} needs a block size: set [objective] block_size "

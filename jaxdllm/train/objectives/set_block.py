@@ -9,7 +9,10 @@ embeddings repeated). Under the `set_block` mask (`jaxdllm.attention.mask`) the 
 causal, and a masked block of k tokens sees the clean tokens of the blocks before it and its own
 block both ways. Blocks sit at multiples of k from the start of the row; k is drawn per step,
 uniform in `[min_block, max_block]` (2-16, as the paper's text; its snippet's `randint` could
-draw 0 or 1). Loss: the clean half's next-token cross-entropy on the answer plus the masked
+draw 0 or 1). Blocks are counted from each row's first answer token (`block_anchor = "answer"`,
+default; the prompt before it is the clean context every block sees), which is where decoding puts
+them: the sampler's blocks start at the prompt's end. `block_anchor = "sequence"` counts them from
+the row's first token, the paper's `T = {1 + lk}` (the same on pretraining text, which has no prompt). Loss: the clean half's next-token cross-entropy on the answer plus the masked
 slots' cross-entropy on their own tokens (no shift), weight 1 each and no 1/eta factor, as one
 mean over all scored labels (the paper leaves the normalisation open; its snippet takes one
 cross-entropy over the concatenated labels). The paper's snippet masks the *unmasked* labels'
@@ -33,10 +36,12 @@ from jaxdllm.train.objectives.sdar import scored_tokens
 
 @dataclasses.dataclass(frozen=True)
 class SetBlockDecoding(Objective):
-    """`min_block`, `max_block`: the range k is drawn from each step (inclusive; one compiled branch each)."""
+    """`min_block`, `max_block`: the range k is drawn from each step (inclusive; one compiled branch each);
+    `block_anchor`: where each row's blocks start, `"answer"` or `"sequence"`."""
 
     min_block: int = 2
     max_block: int = 16
+    block_anchor: str = "answer"
     name = "set_block"
     needs_mask_token = True
     packing = False
@@ -47,6 +52,15 @@ class SetBlockDecoding(Objective):
                 and 1 <= self.min_block <= self.max_block):
             raise ConfigError(f"[objective] needs integers 1 <= min_block <= max_block, got {self.min_block!r}, "
                               f"{self.max_block!r} (the paper draws k from 2-16)")
+        if self.block_anchor not in ("answer", "sequence"):
+            raise ConfigError(f"[objective] block_anchor must be \"answer\" (blocks from each row's first answer "
+                              f"token, where decoding puts them) or \"sequence\" (from the row's start), "
+                              f"got {self.block_anchor!r}")
+
+    @property
+    def stacked_views(self) -> int:
+        """The model reads two copies of each row, `[x_hat ; x]`, along its length."""
+        return 2
 
     def check(self, config):
         if config.attention != "causal":
@@ -62,6 +76,12 @@ class SetBlockDecoding(Objective):
         masked = (jax.random.uniform(k_mask, tokens.shape) < eta) & scored_tokens(batch)
         return masked, jax.random.randint(k_block, (), self.min_block, self.max_block + 1)
 
+    def anchors(self, batch: dict) -> jax.Array:
+        """`[B]` int32: the column where each row's first block starts (its first answer token, or 0)."""
+        if self.block_anchor == "sequence":
+            return jnp.zeros(batch["tokens"].shape[:1], jnp.int32)
+        return jnp.argmax(scored_tokens(batch), axis=1).astype(jnp.int32)
+
     def __call__(self, views: Views, batch: dict, key: jax.Array):
         config = views.config
         tokens, seg, positions = batch["tokens"], batch["segment_ids"], batch["positions"]
@@ -71,8 +91,11 @@ class SetBlockDecoding(Objective):
         inputs = jnp.concatenate([jnp.where(masked, config.mask_token_id, tokens), tokens], axis=1)
         both_seg = jnp.concatenate([seg, seg], axis=1)
 
+        anchor = self.anchors(batch)
+
         def forward(block_size):
-            mask = MaskSpec(kind="set_block", block_size=block_size, q_segment_ids=both_seg, kv_segment_ids=both_seg)
+            mask = MaskSpec(kind="set_block", block_size=block_size, prefix_len=anchor, q_segment_ids=both_seg,
+                            kv_segment_ids=both_seg)
             return views.student(inputs, jnp.concatenate([positions, positions], axis=1), mask)
 
         sizes = range(self.min_block, self.max_block + 1)
