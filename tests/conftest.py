@@ -23,7 +23,8 @@ if "--xla_backend_optimization_level" not in _flags:
 os.environ["XLA_FLAGS"] = _flags
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The command line turns on JAX's persistent compilation cache; tests that call it in this process
-# or in children keep it off unless they name a folder themselves (tests/cli/test_compilation_cache.py).
+# keep it off unless they name a folder themselves (tests/cli/test_compilation_cache.py). Children
+# started through tests/support/cli.py get a folder of their own in the test processes' cache.
 os.environ.setdefault("JAXDLLM_COMPILATION_CACHE", "off")
 
 import jax  # noqa: E402

@@ -9,10 +9,22 @@ import sys
 MODULE = "jaxdllm.cli"
 
 
+def children_cache() -> str:
+    """The command line's compilation cache folder for the test processes' children: `cli/` in the test
+    processes' own cache folder (tests/conftest.py; its programs have other XLA flags), so children that
+    run the same command load what an earlier one compiled (a user's second command does: the command
+    line's cache is on by default), in this run and the next; `off` where the test processes' cache is off."""
+    import jax
+
+    folder = jax.config.jax_compilation_cache_dir
+    return os.path.join(folder, "cli") if folder else "off"
+
+
 def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a child process: CPU, one device (no fake-device XLA_FLAGS), JAX's
-    persistent compilation cache off unless `extra` names a folder; `extra` is applied last."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE="off")
+    """The environment for a child process: CPU, one device (no fake-device XLA_FLAGS), the command
+    line's persistent compilation cache in `children_cache()` unless `extra` names another folder or
+    `off`; `extra` is applied last."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDLLM_COMPILATION_CACHE=children_cache())
     env.pop("XLA_FLAGS", None)
     env.update(extra)
     return env
