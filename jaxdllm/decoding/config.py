@@ -333,6 +333,21 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # block held open for up to 16 mask-free steps while edits continue).
     "llada2.1": SamplerConfig(gen_length=256, block_length=32, policy="token_editing", threshold=0.95,
                               editing_threshold=0.9, max_post_steps=16, stop_at_eos="block"),
+    # SDAR (JetAstra/SDAR, JetLM/SDAR-*-Chat): blocks of 4 at absolute positions from position 0, the
+    # prompt's whole blocks prefilled block-causally, each block denoised in at most 4 steps over the
+    # cached blocks (each step one forward of the block's 4 tokens), then its K/V stored (the block
+    # cache's rewrite, not in nfe); greedy, as SDAR-8B-Chat's reported results; a row stops after the
+    # block that holds its EOS. `sdar`: low_confidence_dynamic, every masked position above 0.9 if
+    # any, else the most confident one (JetEngine's README and LMDeploy: 0.9; generate.py's default
+    # is 0.85). `sdar-static`: low_confidence_static, the most confident one per step (4 steps per
+    # block). `sdar-eb`: JetEngine's entropy_bounded, the lowest-entropy positions while their summed
+    # entropy stays below 0.35 nats, at least one (generate.py's branch of that name does not run).
+    "sdar": SamplerConfig(gen_length=256, block_length=4, steps=256, policy="threshold", threshold=0.9,
+                          cache="block", stop_at_eos="block"),
+    "sdar-static": SamplerConfig(gen_length=256, block_length=4, steps=256, policy="llada", cache="block",
+                                 stop_at_eos="block"),
+    "sdar-eb": SamplerConfig(gen_length=256, block_length=4, steps=256, policy="entropy_bound", entropy_bound=0.35,
+                             entropy_bound_rule="cumsum", cache="block", stop_at_eos="block"),
     # DiffusionGemma's generate(): canvases of 256 uniformly random tokens, at most 48 denoising steps
     # each, the entropy bound 0.1, temperature 0.8 -> 0.4, stop when stable for a step and the mean
     # entropy < 0.005; rows end at a canvas holding a stop id (the model's EOS / end of turn, or the
@@ -393,6 +408,9 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "dream": "Dream: the whole answer as one block, entropy order, 256 steps",
     "llada2": "LLaDA2.0: block-causal blocks of 32, threshold 0.95, stop after the EOS's block",
     "llada2.1": "LLaDA2.1: llada2 plus token editing of committed tokens above 0.9",
+    "sdar": "SDAR: blocks of 4 over a block cache, every position above 0.9 else the top one (generate.py: 0.85)",
+    "sdar-static": "SDAR's low_confidence_static: blocks of 4, the most confident position per step",
+    "sdar-eb": "SDAR with JetEngine's entropy bound: lowest entropies while their sum stays below 0.35",
     "diffusiongemma": "DiffusionGemma: uniform-noise canvases, entropy bound 0.1, up to 48 steps each",
     "jacobi": "Jacobi decoding of a causal model: windows of 16 draft tokens, greedy (exact)",
     "jacobi-forcing": "Jacobi Forcing: blocks of 64, two in flight, rejection recycling",
