@@ -18,8 +18,10 @@ import pytest
 
 import jaxdllm
 from jaxdllm import SamplerConfig
+from jaxdllm.data import make_split
+from jaxdllm.shipped import checkpoint_dir
 from support.hf_models import make_hf_model
-from support.optional import torch
+from support.optional import torch, transformers
 from support.sampler_fixtures import prompts
 
 MASK, EOS = 126, 127
@@ -39,10 +41,11 @@ def checkpoint(tmp_path_factory):
     return jaxdllm.from_pretrained(path), hf
 
 
-def reference(hf, prompt, gamma):
+def reference(hf, prompt, gamma, mask=MASK, eos=EOS, gen=GEN, k=K):
     """`(answer tokens up to EOS, forwards, tokens committed per step)` of the paper's procedure."""
+    MASK, EOS, K = mask, eos, k  # noqa: N806 (the paper's names)
     seq, answer, forwards, per_step = list(prompt), [], 0, []
-    while len(answer) < GEN:
+    while len(answer) < gen:
         t, block = len(seq), [MASK] * K
         while MASK in block:
             n = t + K
@@ -67,12 +70,12 @@ def reference(hf, prompt, gamma):
             if first_eos is not None and MASK not in decided[:first_eos]:
                 return decided[:first_eos + 1], forwards, per_step
         seq, answer = seq + block, answer + block
-    return answer[:GEN], forwards, per_step
+    return answer[:gen], forwards, per_step
 
 
-def up_to_eos(tokens):
+def up_to_eos(tokens, eos=EOS):
     tokens = [int(t) for t in tokens]
-    return tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
+    return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
 
 
 @pytest.mark.parametrize("preset,gamma", [("sbd", 0.1), ("sbd-high", 0.35)])
@@ -111,3 +114,28 @@ def test_set_block_cache_refuses_short_prompt_padding(checkpoint):
     config = SamplerConfig.preset("sbd", gen_length=GEN, block_length=K, prompt_bucket=4)
     with pytest.raises(ValueError, match="prompt_bucket >= 8"):
         jaxdllm.generate(model, np.ones((1, 3), np.int32), config)
+
+
+SHIPPED = checkpoint_dir("tasks-qwen2-small-sbd")
+
+
+@pytest.mark.skipif(not (SHIPPED / "config.json").is_file(), reason="no shipped SBD checkpoint")
+def test_the_shipped_sbd_model_decodes_as_the_papers_procedure():
+    """The shipped Set Block Decoding model (trained tokens: several per forward, EOS, varied digits),
+    `sbd-high` with blocks of 16 on held-out prompts of four tasks in one ragged batch, against the
+    reference run with transformers' Qwen2 on the same checkpoint."""
+    model, tok, _ = jaxdllm.load(SHIPPED)
+    hf = transformers.Qwen2ForCausalLM.from_pretrained(SHIPPED, attn_implementation="eager").eval()
+    examples = [make_split(task, 1, 7, split="test")[0] for task in ("copy_long", "sort", "reverse_long", "perm")]
+    rows = [tok.encode(e.prompt) for e in examples]
+    config = SamplerConfig.preset("sbd-high", gen_length=32)
+    batch = tok([e.prompt for e in examples])
+    out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)
+    mask_id, eos = model.config.mask_token_id, model.config.eos_token_id
+    steps = []
+    for r, row in enumerate(rows):
+        want, forwards, per_step = reference(hf, row, config.entropy_bound, mask=mask_id, eos=eos, gen=32, k=16)
+        steps += per_step
+        assert up_to_eos(out.generated[r], eos) == want, r
+        assert int(out.nfe[r]) == forwards, r
+    assert max(steps) >= 4 and len(set(sum((up_to_eos(g, eos) for g in out.generated), []))) >= 8

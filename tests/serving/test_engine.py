@@ -51,6 +51,11 @@ CASES = {
     "specdiff": ("tasks-qwen2-small", LONG, {}),
     "diffuspec": ("tasks-qwen2-small", LONG, {}),
     "apd": ("tasks-llada-small", TASKS, {}),
+    "sdar": ("tasks-sdar-small", TASKS, {}),
+    "sdar-static": ("tasks-sdar-small", TASKS, {}),
+    "sdar-eb": ("tasks-sdar-small", TASKS, {}),
+    "sbd": ("tasks-qwen2-small-sbd", LONG, {}),
+    "sbd-high": ("tasks-qwen2-small-sbd", LONG, {}),
 }
 # the default run: a masked canvas in the block layout with a policy that re-decides its block, and a
 # draft canvas; the slow run every other preset (the other canvases: uniform, FreeDave, APD; every cache)
