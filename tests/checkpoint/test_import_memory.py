@@ -14,6 +14,9 @@ import json
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -46,7 +49,14 @@ def scaled_llada(tmp_path_factory):
     config = ModelConfig.preset("llada-8b", embed_dim=1024, num_heads=8, num_kv_heads=8, mlp_dim=3072,
                                 num_layers=4)
     path = tmp_path_factory.mktemp("scaled-llada")
-    save_pretrained(Transformer(config, rngs=nnx.Rngs(0)), path, max_shard_size="64MiB", dtype="bfloat16")
+    # Random weights drawn by numpy into the model's own structure: JAX's eager initialisers draw these
+    # 310M numbers in about five times the CPU time under the test processes' quick-compile flags
+    # (tests/conftest.py); the values are irrelevant here, the layout, dtypes and files are the same.
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(0)
+    state = jax.tree.map(lambda s: jnp.asarray(rng.standard_normal(s.shape, np.float32) * np.float32(0.02),
+                                               s.dtype), state)
+    save_pretrained(nnx.merge(graphdef, state), path, max_shard_size="64MiB", dtype="bfloat16")
     return path, config
 
 
