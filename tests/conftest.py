@@ -104,22 +104,31 @@ def pytest_runtest_teardown(item, nextitem):
         _drop_compiled_programs(_MAP_LIMIT // 3)
 
 
-# The slow run's longest tests (measured, 2 workers: each 1-4 min), started first so the two
+# The slow run's longest tests (measured, 2 workers: each 40 s to 3 min), started first so the two
 # workers share them instead of one finishing alone while the other runs a late long test. The
 # order only schedules; every test runs. A notebook's second working folder comes later, after
 # its first run has filled the compilation cache.
 LONGEST_FIRST = ("tests/eval/test_eval.py::test_eval_reproduces_the_whole_card",
-                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
-                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-colab]",
                  "tests/test_readme.py::test_readme_python_blocks_run",
-                 "tests/test_shipped_model.py::test_chain_models_match_their_cards",
-                 "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length",
+                 "tests/serving/test_engine.py::test_each_request_decodes_as_alone_whatever_shares_the_slots[fast-dllm-prefix]",
                  "tests/benchmarks/test_benchmark_gpu_scale.py::test_tiny_run_matches_pytorch_and_records_what_it_skips",
+                 "tests/train/test_multihost_checkpoints.py::test_killed_resumed_and_moved_across_topologies_equals_one_uninterrupted_run",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_certainty_forcing-from-colab]",
+                 "tests/test_python_path.py::test_every_preset_decodes_a_shipped_model_at_its_length",
+                 "tests/serving/test_engine.py::test_each_request_decodes_as_alone_whatever_shares_the_slots[diffusiongemma]",
+                 "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_jacobi_forcing-from-colab]",
+                 "tests/test_tpu_lowering.py::test_diffusiongemma_decoding_loop_lowers_for_tpu[v6e-1-int8]",
+                 "tests/benchmarks/test_benchmark_multihost.py::test_tiny_run_reports_step_times_and_memory_per_process",
+                 "tests/train/test_train_multihost.py::test_every_recipe_kind_trains_the_same_in_two_processes_as_in_one",
+                 "tests/test_shipped_model.py::test_chain_models_match_their_cards",
                  "tests/test_shipped_model.py::test_the_shipped_moe_model_matches_its_card",
+                 "tests/test_multihost_inference.py::test_generate_and_eval_across_processes_equal_one_process",
                  # the default run's longest (an xdist worker left alone with one of them at the end
                  # is the run's tail)
                  "tests/train/test_train.py::test_sharded_step_equals_single_device_step",
                  "tests/decoding/test_second_model.py::test_apd_at_the_ends_of_the_mixture",
+                 "tests/serving/test_engine.py::test_each_request_decodes_as_alone_whatever_shares_the_slots[llada2.1]",
+                 "tests/serving/test_engine.py::test_each_request_decodes_as_alone_whatever_shares_the_slots[jacobi]",
                  "tests/train/test_uniform_block_diffusion.py::test_training_logits_equal_the_decoding_path",
                  "tests/attention/test_splash_attention.py::test_model_forward_and_loss_gradient_equal_reference[tiny-block-diffusion]",
                  "tests/decoding/test_diffusiongemma_generate.py::test_generate_equals_transformers_alone_and_in_a_ragged_batch")
