@@ -6,7 +6,9 @@ Rows (all from the shipped causal model `tasks-qwen2-small` or a conversion of i
   jacobi-forcing  its Jacobi Forcing version (`tasks-qwen2-small-jf`), the `jacobi-forcing` preset, n = 16
   medusa          its Medusa heads (`medusa_heads.safetensors` beside it), the `medusa` preset
   specdiff        its masked-diffusion drafter (`companions.json`), the `specdiff` preset
-  sdar-b4         its SDAR conversion with blocks of 4 (`tasks-sdar-small`), the `sdar` preset
+  sdar-b4         its SDAR conversion with blocks of 4 (`tasks-sdar-small`), the `sdar` preset (threshold 0.9)
+  sdar-b4-static  the same model, `sdar-static` (one token per step)
+  sdar-b4-eb      the same model, `sdar-eb` (JetEngine's entropy bound, 0.35)
   sdar-b8         its SDAR conversion with blocks of 8 (`tasks-sdar-b8-small`), `sdar` with blocks of 8
   sbd-low         its Set Block Decoding fine-tune (`tasks-qwen2-small-sbd`), `sbd` (gamma 0.1, blocks of 16)
   sbd-high        the same model, `sbd-high` (gamma 0.35)
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -49,8 +52,10 @@ ROWS = {
     "jacobi-forcing": ("checkpoints/tasks-qwen2-small-jf", "jacobi-forcing", dict(window=16)),
     "medusa": (CAUSAL, "medusa", {}),
     "specdiff": (CAUSAL, "specdiff", {}),
-    "sdar-b4": ("checkpoints/tasks-sdar-small", "sdar", dict(block_length=4, steps=4)),
-    "sdar-b8": ("checkpoints/tasks-sdar-b8-small", "sdar", dict(block_length=8, steps=8)),
+    "sdar-b4": ("checkpoints/tasks-sdar-small", "sdar", dict(block_length=4, steps=32)),
+    "sdar-b4-static": ("checkpoints/tasks-sdar-small", "sdar-static", dict(block_length=4, steps=32)),
+    "sdar-b4-eb": ("checkpoints/tasks-sdar-small", "sdar-eb", dict(block_length=4, steps=32)),
+    "sdar-b8": ("checkpoints/tasks-sdar-b8-small", "sdar", dict(block_length=8, steps=32)),
     "sbd-low": ("checkpoints/tasks-qwen2-small-sbd", "sbd", {}),
     "sbd-high": ("checkpoints/tasks-qwen2-small-sbd", "sbd-high", {}),
 }
@@ -136,14 +141,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", default="sampling/results/conversions_cpu")
     args = p.parse_args(argv)
-    t0 = time.perf_counter()
+    t0, load_before = time.perf_counter(), os.getloadavg()
     rows = []
     for label in args.rows.split(","):
         model_dir, preset, overrides = ROWS[label]
         config = SamplerConfig.preset(preset, gen_length=GEN_LENGTH, **overrides)
         rows += measure(label, Path(model_dir), config, args.n_prompts, args.repeats)
+    # the host's 1/5/15-minute load averages: tokens/s compare rows fairly only on an otherwise idle machine
     result = {"gen_length": GEN_LENGTH, "n_prompts_per_task": args.n_prompts, "rows": rows,
-              "wall_s": time.perf_counter() - t0}
+              "wall_s": time.perf_counter() - t0, "load_average_before": load_before, "load_average_after": os.getloadavg()}
     write_report(args.out, result, plot)
     return 0
 
