@@ -68,7 +68,9 @@ def per_step_commits(result, row: int) -> np.ndarray:
     return counts[counts > 0]
 
 
-@pytest.mark.parametrize("preset", list(PUBLISHED))
+# the default run: the threshold and entropy-bound rules (parallel steps); one token per step in the slow run
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.slow) if p == "sdar-static" else p
+                                    for p in PUBLISHED])
 def test_presets_decode_as_the_published_generate(checkpoint, preset):
     model, hf, path = checkpoint
     config = jaxdllm.sampler_defaults(path, preset, gen_length=GEN)
