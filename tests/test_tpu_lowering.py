@@ -33,10 +33,14 @@ def _sampler(preset: str) -> SamplerConfig:
     return SamplerConfig.preset(preset)
 
 
+# A Set Block Decoding fine-tune of Qwen3-8B keeps its shape and adds a mask token (training/set_block_qwen3_8b.toml).
+MODEL_OVERRIDES = {"sbd": {"mask_token_id": 151669}}
+
+
 def _export_decode(preset: str, mesh_shape, platform="tpu", impl="auto", model_preset: str | None = None):
     data, fsdp, tensor = mesh_shape
     mesh = sharding.make_mesh(data=data, fsdp=fsdp, tensor=tensor, devices=jax.devices()[:data * fsdp * tensor])
-    config = ModelConfig.preset(model_preset or MODEL_OF[preset])
+    config = ModelConfig.preset(model_preset or MODEL_OF[preset], **MODEL_OVERRIDES.get(preset, {}))
     model = abstract_model(config, mesh, options=RunOptions(BF16, BF16, attention_impl=impl))
     return program_facts(Sampler(model).export((8, 128), _sampler(preset), platform=platform))
 

@@ -284,11 +284,12 @@ class SetBlockCache(Cache):
     """Set Block Decoding (Gat, Ben-Hamu et al. 2025, Algorithm 3 and Fig. 10) over a causal model's
     exact K/V cache: the masked canvas decodes blocks of k = `block_length` MASK after the prompt.
 
-    The cache only ever holds causally computed K/V. The prompt is prefilled causally up to its last
-    k tokens, once (not in `nfe`). A block's first step feeds 2k tokens: the k tokens before it (the
-    prompt's last k, or the block just decided), causal, which writes their final K/V, fused with the
-    block itself, whose tokens see every earlier token and each other; later steps feed the block
-    alone over the cache. Every decided token's K/V are thus written from its final value, exactly
+    The cache only ever holds causally computed K/V. The prompt is prefilled causally, once (not in
+    `nfe`; the whole bucketed prompt, so the prefill keeps the attention kernels' tile-aligned
+    shapes). A block's first step feeds 2k tokens: the k tokens before it (the block just decided, or
+    the prompt's last k, whose K/V it rewrites with the same values), causal, which writes their final
+    K/V, fused with the block itself, whose tokens see every earlier token and each other; later steps
+    feed the block alone over the cache. Every decided token's K/V are thus written from its final value, exactly
     once, in a counted forward: no separate commit forward, and next-token decoding of the same
     model (`jacobi`) is unchanged. Attention is the `tree` mask with one node of k tokens at the
     block: the keys before it causal, the node both ways.
@@ -304,10 +305,8 @@ class SetBlockCache(Cache):
             raise ConfigError(f"cache='set_block' re-encodes the {k} tokens before each block: prompts must be padded "
                               f"to at least block_length; pass prompt_bucket >= {k}")
         cache = model.init_cache(canvas.shape[0], lay.total)
-        if Lp > k:
-            cache = model(canvas[:, :Lp - k], view.positions[:, :Lp - k], lay.mask(view.seg[:, :Lp - k]), cache,
-                          logits_slice=(Lp - k - 1, 1)).cache
-        return cache
+        return model(canvas[:, :Lp], view.positions[:, :Lp], lay.mask(view.seg[:, :Lp]), cache,
+                     logits_slice=(Lp - 1, 1)).cache
 
     def forward(self, model, state, view, lay, config, span):
         k = config.block_length
