@@ -312,18 +312,16 @@ class SetBlockCache(Cache):
         k = config.block_length
         start = block_start(state, lay, config)
 
-        def fused(cache):  # the k tokens before the block (causal, final) and the block
-            ids, pos, q_seg = view.window(state.canvas, start - k, 2 * k)
-            mask = MaskSpec(kind="tree", tree=(-1,), block_size=k, prefix_len=start, q_offset=start - k,
-                            q_segment_ids=q_seg)
-            return model(ids, pos, mask, cache, logits_slice=(k, k))
+        def feed(before: int):  # `before` tokens ahead of the block (causal), then the block
+            def run(cache):
+                ids, pos, q_seg = view.window(state.canvas, start - before, before + k)
+                mask = MaskSpec(kind="tree", tree=(-1,), block_size=k, prefix_len=start, q_offset=start - before,
+                                q_segment_ids=q_seg)
+                return model(ids, pos, mask, cache, logits_slice=(before, k))
+            return run
 
-        def block(cache):
-            ids, pos, q_seg = view.window(state.canvas, start, k)
-            mask = MaskSpec(kind="tree", tree=(-1,), block_size=k, prefix_len=start, q_offset=start, q_segment_ids=q_seg)
-            return model(ids, pos, mask, cache, logits_slice=(0, k))
-
-        out = branching.cond(state.block_step == 0, fused, block, state.cache)
+        # a block's first step also re-encodes the k tokens before it (their final K/V); later steps feed the block
+        out = branching.cond(state.block_step == 0, feed(k), feed(0), state.cache)
         return out.logits, out.cache, 1
 
 

@@ -36,14 +36,21 @@ def entropy_bound_accept(entropy: jax.Array, candidates: jax.Array, bound: float
     accepted and add nothing to the sums; a row without candidates accepts nothing. `bound` is a
     scalar or broadcasts against `[B, 1]` (one bound per row).
     """
+    def passes(sorted_entropy):
+        before = jnp.cumsum(sorted_entropy, axis=-1) - sorted_entropy  # sum_{j<=k} H_(j) - H_(k)
+        return before <= jnp.asarray(bound, jnp.float32)
+
+    return _accept_by_rank(entropy, candidates, passes)
+
+
+def _accept_by_rank(entropy, candidates, passes) -> jax.Array:
+    """`candidates` whose rank by ascending entropy (stable) passes: `passes(sorted_entropy [B, L]) ->
+    [B, L] bool`, sorted_entropy holding the candidates first (non-candidates after them, counting 0)."""
     entropy = jnp.where(candidates, entropy.astype(jnp.float32), 0.0)
-    # candidates first, by ascending entropy; non-candidates after them (their entropy counts as 0)
     order = jnp.argsort(jnp.where(candidates, entropy, jnp.inf), axis=-1, stable=True)
-    sorted_entropy = jnp.take_along_axis(entropy, order, axis=-1)
-    before = jnp.cumsum(sorted_entropy, axis=-1) - sorted_entropy  # sum_{j<=k} H_(j) - H_(k)
-    passes = before <= jnp.asarray(bound, jnp.float32)
+    ok = passes(jnp.take_along_axis(entropy, order, axis=-1))
     rank = jnp.argsort(order, axis=-1, stable=True)  # the inverse permutation: each position's rank
-    return candidates & jnp.take_along_axis(passes, rank, axis=-1)
+    return candidates & jnp.take_along_axis(ok, rank, axis=-1)
 
 
 def entropy_cumsum_accept(entropy: jax.Array, candidates: jax.Array, bound: float | jax.Array) -> jax.Array:
@@ -54,12 +61,11 @@ def entropy_cumsum_accept(entropy: jax.Array, candidates: jax.Array, bound: floa
     at least 1: the candidate of rank k is accepted iff `sum_{j<=k} H_(j) < bound` or k = 0. Stricter
     than `entropy_bound_accept` (its sum leaves rank k's own entropy out, and compares with <=).
     """
-    entropy = jnp.where(candidates, entropy.astype(jnp.float32), 0.0)
-    order = jnp.argsort(jnp.where(candidates, entropy, jnp.inf), axis=-1, stable=True)
-    total = jnp.cumsum(jnp.take_along_axis(entropy, order, axis=-1), axis=-1)  # sum_{j<=k} H_(j)
-    passes = (total < jnp.asarray(bound, jnp.float32)) | (jnp.arange(entropy.shape[-1]) == 0)
-    rank = jnp.argsort(order, axis=-1, stable=True)
-    return candidates & jnp.take_along_axis(passes, rank, axis=-1)
+    def passes(sorted_entropy):
+        total = jnp.cumsum(sorted_entropy, axis=-1)  # sum_{j<=k} H_(j)
+        return (total < jnp.asarray(bound, jnp.float32)) | (jnp.arange(sorted_entropy.shape[-1]) == 0)
+
+    return _accept_by_rank(entropy, candidates, passes)
 
 
 @dataclasses.dataclass(frozen=True)
