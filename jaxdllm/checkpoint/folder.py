@@ -87,8 +87,14 @@ class Checkpoint:
 
     @functools.cached_property
     def config(self) -> ModelConfig:
-        """The model's `ModelConfig`, read by the family `config.json` names."""
-        return config_from_hf(self.raw_config, where=str(self.config_file))
+        """The model's `ModelConfig`, read by the family `config.json` names. A config.json without a
+        mask id (WeDLM's released files say null) takes the mask token the checkpoint's tokenizer names."""
+        config = config_from_hf(self.raw_config, where=str(self.config_file))
+        if config.mask_token_id is None:
+            mask = tokenizer_mask_id(self.folder)
+            if mask is not None:
+                config = config.replace(mask_token_id=mask)
+        return config
 
     @property
     def has_config(self) -> bool:
@@ -148,6 +154,28 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"Checkpoint({str(self.folder)!r})"
+
+
+def tokenizer_mask_id(folder: Path) -> int | None:
+    """The id of the mask token `tokenizer_config.json` names (`mask_token`), looked up in its
+    `added_tokens_decoder` or `tokenizer.json`'s added tokens and vocabulary; None when it names none."""
+    def read(name):
+        path = folder / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    mask = read("tokenizer_config.json").get("mask_token")
+    mask = mask.get("content") if isinstance(mask, dict) else mask
+    if not mask:
+        return None
+    for token_id, entry in read("tokenizer_config.json").get("added_tokens_decoder", {}).items():
+        if entry.get("content") == mask:
+            return int(token_id)
+    tokenizer = read("tokenizer.json")
+    for entry in tokenizer.get("added_tokens", []):
+        if entry.get("content") == mask:
+            return int(entry["id"])
+    vocab = tokenizer.get("model", {}).get("vocab", {})
+    return int(vocab[mask]) if isinstance(vocab, dict) and mask in vocab else None
 
 
 def checkpoint_of(reference: str | os.PathLike | Checkpoint) -> Checkpoint:

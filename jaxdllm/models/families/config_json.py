@@ -16,6 +16,9 @@ SPECIAL_ID_KEYS = ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_i
 # q/k/v biases always, none on o), and those with q/k RMSNorm over head_dim (`q_norm` / `k_norm`).
 ATTENTION_BIAS_TYPES = ("llama", "qwen3", "sdar")
 QK_NORM_TYPES = ("qwen3", "sdar")
+# model_types whose config.json states both flags itself (WeDLM: `qk_norm`, and `attention_bias` = q/k/v
+# biases only, on a Qwen2.5 or a Qwen3 body).
+FLAGGED_TYPES = ("wedlm",)
 _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                  "torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
@@ -88,7 +91,8 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
     """A `ModelConfig` from the config.json of a Hugging Face LLaMA-style decoder (`model_type`
     qwen2, dream, llama, qwen3 or sdar); the family decides the attention and whether logits are shifted.
     Qwen2 and Dream have q/k/v biases and no others; Llama's are its `attention_bias` (q/k/v and o) /
-    `mlp_bias`; Qwen3's (and SDAR's) its `attention_bias` (q/k/v and o), with q/k RMSNorm."""
+    `mlp_bias`; Qwen3's (and SDAR's) its `attention_bias` (q/k/v and o), with q/k RMSNorm; WeDLM's its
+    `attention_bias` (q/k/v) and `qk_norm`."""
     require(raw, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"),
             where)
     if raw.get("use_sliding_window"):
@@ -99,14 +103,16 @@ def read_hf_decoder(raw: dict, where: str, *, attention: AttentionMode, shift_lo
     kind = model_type_of(raw)
     own_bias = kind in ATTENTION_BIAS_TYPES
     attention_bias = bool(raw.get("attention_bias", False))
+    flagged = kind in FLAGGED_TYPES
     return ModelConfig(
         vocab_size=raw["vocab_size"], embed_dim=raw["hidden_size"],
         num_layers=raw["num_hidden_layers"], num_heads=heads,
         num_kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
         mlp_dim=raw["intermediate_size"], attention=attention, block_size=block_size,
-        qkv_bias=attention_bias if own_bias else True, out_bias=attention_bias if own_bias else False,
-        mlp_bias=bool(raw.get("mlp_bias", False)) if kind == "llama" else False, qk_norm=kind in QK_NORM_TYPES,
+        qkv_bias=attention_bias if own_bias or flagged else True, out_bias=attention_bias if own_bias else False,
+        mlp_bias=bool(raw.get("mlp_bias", False)) if kind == "llama" else False,
+        qk_norm=bool(raw.get("qk_norm", not attention_bias)) if flagged else kind in QK_NORM_TYPES,
         tie_embeddings=bool(raw.get("tie_word_embeddings", False)), shift_logits=shift_logits,
         rope_theta=theta, rope_scaling=scaling, norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position=int(raw.get("max_position_embeddings", 4096)),
@@ -121,7 +127,11 @@ def write_hf_decoder(c: ModelConfig, out: dict, architecture: str, **extra) -> N
     another model type (a model adapted to another family, e.g. a Qwen2 model trained into Dream).
     A config whose biases or q/k norm its model_type cannot write down is a `ConfigError`."""
     kind = c.model_type.lower()
-    if c.qk_norm != (kind in QK_NORM_TYPES):
+    if kind in FLAGGED_TYPES:
+        if c.out_bias:
+            raise ConfigError(f"model_type {c.model_type!r}: attention_bias puts biases on q, k and v only; "
+                              "got out_bias=True")
+    elif c.qk_norm != (kind in QK_NORM_TYPES):
         raise ConfigError(f"model_type {c.model_type!r} {'has no' if c.qk_norm else 'needs'} q/k RMSNorm "
                           f"(qk_norm={c.qk_norm}); q/k norm is written by model_type {' or '.join(QK_NORM_TYPES)}")
     if kind in QK_NORM_TYPES and c.qkv_bias != c.out_bias:
@@ -139,6 +149,8 @@ def write_hf_decoder(c: ModelConfig, out: dict, architecture: str, **extra) -> N
         out.update(attention_bias=c.qkv_bias, mlp_bias=c.mlp_bias)
     elif kind in ATTENTION_BIAS_TYPES:
         out.update(attention_bias=c.qkv_bias)
+    elif kind in FLAGGED_TYPES:
+        out.update(attention_bias=c.qkv_bias, qk_norm=c.qk_norm)
     out.update(extra)
     write_rope(c, out)
     out.setdefault("architectures", [architecture])
