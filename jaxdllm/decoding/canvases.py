@@ -10,11 +10,12 @@ from jaxdllm.decoding.draft_canvas import DraftCanvas
 from jaxdllm.decoding.freedave_canvas import FreedaveCanvas
 from jaxdllm.decoding.masked_canvas import MaskedCanvas
 from jaxdllm.decoding.uniform_canvas import UniformCanvas
+from jaxdllm.decoding.wedlm_canvas import WedlmCanvas
 
 CANVASES: CanvasRegistry = CanvasRegistry("canvas")
 register_canvas = CANVASES.register  # checks the class against `Canvas`, then makes it a policy's `canvas`
 
-for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas):
+for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas):
     register_canvas(_cls)
 
 

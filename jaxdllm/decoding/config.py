@@ -386,6 +386,14 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
                          cache="set_block", stop_at_eos=True),
     "sbd-high": SamplerConfig(gen_length=256, block_length=16, policy="entropy_bound", entropy_bound=0.35,
                               cache="set_block", stop_at_eos=True),
+    # WeDLM's streaming decoding of a causal model trained with `wedlm`: a window of 16 masks after the
+    # committed prefix, decided tokens reordered first; every mask whose entropy plus 0.02 per slot of
+    # distance is below 0.4, else the lowest (the engine's defaults and evaluation script); greedy.
+    # `wedlm-quality`: the paper's quality tables, one mask per step, lambda 0.1, a window of 6, T 0.1.
+    "wedlm": SamplerConfig(gen_length=256, policy="wedlm", window=16, entropy_threshold=0.4, pos_penalty=0.02,
+                           stop_at_eos=True),
+    "wedlm-quality": SamplerConfig(gen_length=256, policy="wedlm", window=6, entropy_threshold=0.0, pos_penalty=0.1,
+                                   temperature=0.1, stop_at_eos=True),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -423,4 +431,6 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "apd": "APD: a diffusion model's drafts kept while they match its mix with a small causal model",
     "sbd": "Set Block Decoding: blocks of 16 MASK after a causal model's text, EB-sampler gamma 0.1 (exact prefix)",
     "sbd-high": "Set Block Decoding with the paper's higher bound, gamma 0.35: fewer forwards",
+    "wedlm": "WeDLM: a streaming window of 16 masks over a prefix cache, entropy + 0.02/slot below 0.4",
+    "wedlm-quality": "WeDLM's quality setting: one mask per step, window 6, distance penalty 0.1, T 0.1",
 }

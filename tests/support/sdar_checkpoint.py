@@ -1,4 +1,4 @@
-"""A tiny random SDAR checkpoint: a transformers `Qwen3ForCausalLM` saved with `save_pretrained`, its
+"""Tiny random SDAR and WeDLM checkpoints. SDAR: a transformers `Qwen3ForCausalLM` saved with `save_pretrained`, its
 config.json edited to SDAR's (`model_type` "sdar", `SDARForCausalLM`, `block_size`, `mask_token_id`,
 `fuse_cross_entropy`, a top-level `rope_theta` as its transformers 4.x config class reads it), as
 SDAR's released checkpoints are Qwen3 weights under SDAR's config.
@@ -25,9 +25,8 @@ BLOCK, MASK, EOS = 4, 96, 95
 PROMPT_VOCAB = 90  # prompts use ids below this (never EOS or MASK)
 
 
-def make_sdar_checkpoint(path: Path, *, seed: int = 0, head_scale: float = 1.0, eos_scale: float = 1.0,
-                         weight_std: float = 0.08):
-    """Write the checkpoint under `path`; return the transformers model (eager attention, eval mode)."""
+def random_qwen3(*, seed: int = 0, head_scale: float = 1.0, eos_scale: float = 1.0, weight_std: float = 0.08):
+    """The random transformers `Qwen3ForCausalLM` of the module notes (eager attention, eval mode)."""
     config = transformers.Qwen3Config(**SHAPE, tie_word_embeddings=False, eos_token_id=EOS, bos_token_id=EOS,
                                       pad_token_id=EOS)
     config._attn_implementation = "eager"
@@ -50,6 +49,13 @@ def make_sdar_checkpoint(path: Path, *, seed: int = 0, head_scale: float = 1.0, 
         head[:, 0] = 0.0
         head[MASK] = 0.0
         head[MASK, 0] = -200.0
+    return model
+
+
+def make_sdar_checkpoint(path: Path, **weights):
+    """Write the checkpoint under `path`; return the transformers model (eager attention, eval mode).
+    `weights`: `random_qwen3`'s settings."""
+    model = random_qwen3(**weights)
     model.save_pretrained(path)
     raw = json.loads((path / "config.json").read_text())
     raw.update(model_type="sdar", architectures=["SDARForCausalLM"], block_size=BLOCK, mask_token_id=MASK,
@@ -57,4 +63,22 @@ def make_sdar_checkpoint(path: Path, *, seed: int = 0, head_scale: float = 1.0, 
                auto_map={"AutoConfig": "configuration_sdar.SDARConfig",
                          "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM"})
     (path / "config.json").write_text(json.dumps(raw, indent=2))
+    return model
+
+
+def make_wedlm_checkpoint(path: Path, **weights):
+    """The same random Qwen3 weights under WeDLM's released config.json (`model_type` "wedlm",
+    `WeDLMForCausalLM`, `qk_norm` true, `attention_bias` false, `mask_token_id` null), with a
+    `tokenizer_config.json` naming the mask token `<|mask|>` (id MASK), as WeDLM-8B's tokenizer is read
+    for its mask. Returns the transformers model."""
+    model = random_qwen3(**weights)
+    model.save_pretrained(path)
+    raw = json.loads((path / "config.json").read_text())
+    raw.update(model_type="wedlm", architectures=["WeDLMForCausalLM"], qk_norm=True, attention_bias=False,
+               mask_token_id=None, layer_types=["full_attention"] * SHAPE["num_hidden_layers"],
+               auto_map={"AutoConfig": "configuration_wedlm.WeDLMConfig",
+                         "AutoModelForCausalLM": "modeling_wedlm.WeDLMForCausalLM"})
+    (path / "config.json").write_text(json.dumps(raw, indent=2))
+    (path / "tokenizer_config.json").write_text(json.dumps(
+        {"mask_token": "<|mask|>", "added_tokens_decoder": {str(MASK): {"content": "<|mask|>", "special": True}}}))
     return model

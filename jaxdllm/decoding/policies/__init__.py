@@ -20,6 +20,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `spec_diffusion` | SpecDiff, DiffuSpec | a masked-diffusion drafter (a second model in the loop) drafts, the causal model verifies: greedy or speculative sampling |
 | `freedave` | FreeDave | drafts of the next k steps verified in one forward: a greedy sampler's output, fewer forwards (`freedave_canvas.py`) |
 | `apd` | APD | a diffusion model's left-to-right drafts, committed while they match a mixture with a small causal model (a second model in the loop; `apd_canvas.py`) |
+| `wedlm` | WeDLM | a streaming window of masks after a causal model's prefix cache, decided tokens reordered first; entropy + distance penalty below tau (`wedlm_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
 `jacobi`, `lookahead`, `medusa`, `bpd` and `token_recycling` are draft-and-verify policies
@@ -51,6 +52,7 @@ from jaxdllm.decoding.policies.spec_diffusion import SpecDiffusion
 from jaxdllm.decoding.policies.threshold import Threshold
 from jaxdllm.decoding.policies.token_editing import TokenEditing
 from jaxdllm.decoding.policies.token_recycling import TokenRecycling
+from jaxdllm.decoding.policies.wedlm import Wedlm
 from jaxdllm.registry import Registry
 
 POLICIES: Registry[Policy] = Registry("policy")
@@ -59,13 +61,13 @@ policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
              Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave,
-             SpecDiffusion, Apd):
+             SpecDiffusion, Apd, Wedlm):
     register_policy(_cls)
 
 
 __all__ = ["Apd", "Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
            "EntropyBound", "Factor", "FreeDave", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
            "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
-           "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "choose_tokens", "dream_timesteps",
+           "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "Wedlm", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
            "token_confidence", "token_entropy"]
