@@ -80,6 +80,7 @@ CANVAS_PLANS = {
     "uniform_canvas": [("diffusiongemma", "tiny-diffusiongemma", _DG, {})],
     "freedave_canvas": [("freedave", "tiny-llada", TINY, {})],
     "apd_canvas": [("apd", "tiny-llada", TINY, {"verifier": "tiny-qwen2"})],
+    "wedlm_canvas": [("wedlm", "tiny-wedlm", TINY, {})],
 }
 
 

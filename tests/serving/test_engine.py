@@ -56,6 +56,8 @@ CASES = {
     "sdar-eb": ("tasks-sdar-small", TASKS, {}),
     "sbd": ("tasks-qwen2-small-sbd", LONG, {}),
     "sbd-high": ("tasks-qwen2-small-sbd", LONG, {}),
+    "wedlm": ("tasks-qwen2-small-wedlm", LONG, {}),
+    "wedlm-quality": ("tasks-qwen2-small-wedlm", LONG, {"temperature": 0.0}),
 }
 # the default run: a masked canvas in the block layout with a policy that re-decides its block, and a
 # draft canvas; the slow run every other preset (the other canvases: uniform, FreeDave, APD; every cache)
