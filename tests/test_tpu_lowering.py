@@ -21,7 +21,8 @@ pytestmark = pytest.mark.mesh
 MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-prefix": "llada-8b",
             "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
             "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "lookahead": "qwen2.5-7b",
-            "block-diffusion": "fast-dllm-v2-7b", "sdar": "sdar-8b", "sbd": "qwen3-8b"}
+            "block-diffusion": "fast-dllm-v2-7b", "sdar": "sdar-8b", "sbd": "qwen3-8b",
+            "wedlm": "wedlm-7b"}
 # Further models under a preset above, model -> preset (the slow run, ~5 s each): Qwen3's q/k norm.
 MORE_MODELS = {"qwen3-8b": "jacobi"}
 MESHES = [(1, 1, 1), (1, 4, 2), (2, 2, 2), (1, 8, 1)]   # (data, fsdp, tensor): one chip, and v5e-8 layouts

@@ -12,6 +12,9 @@ Rows (all from the shipped causal model `tasks-qwen2-small` or a conversion of i
   sdar-b8         its SDAR conversion with blocks of 8 (`tasks-sdar-b8-small`), `sdar` with blocks of 8
   sbd-low         its Set Block Decoding fine-tune (`tasks-qwen2-small-sbd`), `sbd` (gamma 0.1, blocks of 16)
   sbd-high        the same model, `sbd-high` (gamma 0.35)
+  wedlm           its WeDLM conversion (`tasks-qwen2-small-wedlm`), the `wedlm` preset (window 16, tau 0.4, lambda 0.02)
+  wedlm-one       the same model, one mask per step (tau 0: the paper's quality setting's rule, window 16)
+  wedlm-ar        the same model decoded one token per forward by its next-token head (Jacobi, window 1)
 
 The first four give AR's tokens by construction (exact); the conversions are new models, so their
 accuracy is their own. For each row and task group (`suite`: the six card tasks, `long`: copy, reverse
@@ -58,6 +61,9 @@ ROWS = {
     "sdar-b8": ("checkpoints/tasks-sdar-b8-small", "sdar", dict(block_length=8, steps=32)),
     "sbd-low": ("checkpoints/tasks-qwen2-small-sbd", "sbd", {}),
     "sbd-high": ("checkpoints/tasks-qwen2-small-sbd", "sbd-high", {}),
+    "wedlm": ("checkpoints/tasks-qwen2-small-wedlm", "wedlm", {}),
+    "wedlm-one": ("checkpoints/tasks-qwen2-small-wedlm", "wedlm", dict(entropy_threshold=0.0)),
+    "wedlm-ar": ("checkpoints/tasks-qwen2-small-wedlm", "jacobi", dict(window=1)),
 }
 
 

@@ -26,6 +26,7 @@ SAMPLING = [  # (model preset, sampler preset, weights: a dtype or int8)
     ("dream-7b", "dream", "int8"), ("qwen2.5-7b", "jacobi-forcing", "int8"),
     ("sdar-8b", "sdar", "bfloat16"), ("qwen3-8b", "sbd", "bfloat16"),
     ("sdar-8b", "sdar", "int8"), ("qwen3-8b", "sbd", "int8"),
+    ("wedlm-7b", "wedlm", "bfloat16"), ("wedlm-7b", "wedlm", "int8"),
 ]
 SAMPLING_RUNTIMES = ["v5e-1", "v6e-1", "v2-8", "v5e-8"]
 # LLaDA2 (MoE): the published sampler, with and without the exact block cache (K/V of finished blocks).

@@ -70,6 +70,8 @@ POLICY_SETUP = {
     "apd": {"params": lambda: tiny_model("tiny-qwen2", vocab_size=130, eos_token_id=127, pad_token_id=127,
                                          bos_token_id=127, shared=True),
             "config": {"draft_window": 4, "kv_window": 2}},
+    # a causal model whose masks read their own logits (tests/decoding/test_wedlm_generate.py: the published procedure)
+    "wedlm": {"model": "wedlm", "config": {"window": 8}},
 }
 
 
@@ -95,7 +97,8 @@ def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
         pytest.fail(f"policy {policy!r} is registered but has no entry in POLICY_SETUP (tests/decoding/test_sampler.py): "
                     "add one ({} if the shared LLaDA model and config suffice)")
     setup = POLICY_SETUP[policy]
-    net = {"causal": causal_model, "diffusiongemma": two_layer_diffusiongemma()}.get(setup.get("model"), model)
+    net = {"causal": lambda: causal_model, "diffusiongemma": two_layer_diffusiongemma,
+           "wedlm": lambda: tiny_model("tiny-wedlm", shared=True)}.get(setup.get("model"), lambda: model)()
     params = setup["params"]() if "params" in setup else None
     ids, mask, _ = prompts([5, 5], seed=3)
     # a canvas without diffusion blocks takes no block_length (cfg's 8): the loop's default stands
