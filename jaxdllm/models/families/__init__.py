@@ -1,7 +1,7 @@
 """Model families: one module each (`llada`, `dream`, `qwen2_llama`, `qwen3`, `block_diffusion`, `sdar`,
-`llada2`, `wedlm`) or one subpackage for a family with a model of its own (`diffusion_gemma`), holding its model_types,
-presets, config.json reading and writing, tensor table, special ids, model, parameter count and
-default sampler. Everything else dispatches through `FAMILIES`: a new family is one module and one
+`llada2`, `wedlm`) or one subpackage for a family with a model of its own (`diffusion_gemma`, `xlnet`),
+holding its model_types, presets, config.json reading and writing, tensor table, special ids, model,
+parameter count and default sampler. Everything else dispatches through `FAMILIES`: a new family is one module and one
 line here; `register` checks it against the protocol (`family.FAMILY_PROTOCOL`).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import ModelConfig, register_family_config, register_presets
 from jaxdllm.models.families import (block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama,
-                                      qwen3, sdar, wedlm)
+                                      qwen3, sdar, wedlm, xlnet)
 from jaxdllm.models.families.family import Family, check_family
 from jaxdllm.models.transformer import register_model
 
@@ -43,6 +43,7 @@ FAMILIES: tuple[Family, ...] = register(
     wedlm.FAMILY,
     llada2.FAMILY,
     diffusion_gemma.FAMILY,
+    xlnet.FAMILY,
 )
 
 SUPPORTED_MODEL_TYPES = tuple(t for family in FAMILIES for t in family.model_types)
