@@ -103,6 +103,7 @@ OBJECTIVE_SETUP = {
     "sdar": {"preset": "tiny-sdar", "batch": "tasks"},
     "set_block": {"preset": "tiny-qwen2", "overrides": {"mask_token_id": 253}, "batch": "tasks",
                   "settings": {"min_block": 2, "max_block": 3}},
+    "assd": {"preset": "tiny-xlnet", "batch": "tasks", "settings": {"infill_rate": 0.5}},
 }
 
 

@@ -15,6 +15,13 @@ from jaxdllm.train.objectives import Objective, Views
 from jaxdllm.train.setup import OBJECTIVE_MODULE, SplitModel
 
 
+def optimizer_step(opt_state) -> jax.Array:
+    """int32 scalar: the updates `opt_state` has taken, the step the next update is (0 first): the first
+    `count` of its states (AdamW's, kept across a resume with the rest of the state)."""
+    counts = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+    return counts[0][1].astype(jnp.int32) if counts else jnp.zeros((), jnp.int32)
+
+
 def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientTransformation, opt_shardings, mesh,
                     *, grad_accum: int = 1, skip_nan: bool = False, expert_bias_rate: float = 0.0):
     """`step(trainable, frozen, opt_state, batch, key) -> (trainable, opt_state, metrics)`, jitted.
@@ -25,7 +32,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
     loads (`expert_load_max`, `expert_load_cv`) and, with `expert_bias_rate > 0`, balance their experts
     (`jaxdllm.train.expert_balance`).
     """
-    def loss_of(trainable, frozen, micro, key):
+    def loss_of(trainable, frozen, micro, key, step_number):
         model = split.model(trainable, frozen)
         loads = []  # MoE: rows per expert of every student call
 
@@ -39,7 +46,7 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
             return forward(tokens, positions, mask).logits
 
         views = Views(student=student, config=model.config, forward=forward, init_cache=model.init_cache,
-                      unembed=model.unembed, extra=getattr(model, OBJECTIVE_MODULE, None))
+                      unembed=model.unembed, extra=getattr(model, OBJECTIVE_MODULE, None), step=step_number)
         loss, metrics = objective(views, micro, key)
         return loss, (metrics, sum(loads) if loads else jnp.zeros((), jnp.int32))  # dense: a scalar placeholder
 
@@ -48,15 +55,16 @@ def make_train_step(split: SplitModel, objective: Objective, tx: optax.GradientT
     def step(trainable, frozen, opt_state, batch, key):
         micro = jax.tree.map(lambda x: x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:]), batch)
         keys = jax.random.split(key, grad_accum)
+        step_number = optimizer_step(opt_state)
 
         def body(acc, xs):
             mb, k = xs
-            (_, aux), grads = grad_fn(trainable, frozen, mb, k)
+            (_, aux), grads = grad_fn(trainable, frozen, mb, k, step_number)
             return jax.tree.map(jnp.add, acc, (grads, aux)), None
 
         zeros = jax.tree.map(jnp.zeros_like, trainable)
         aux_shapes = jax.eval_shape(lambda: grad_fn(trainable, frozen, jax.tree.map(lambda x: x[0], micro),
-                                                    keys[0])[0][1])
+                                                    keys[0], step_number)[0][1])
         zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), aux_shapes[0])
         zero_aux = (zero_metrics, jnp.zeros(aux_shapes[1].shape, aux_shapes[1].dtype))  # metrics summed in float32
         (grads, (metrics, loads)), _ = jax.lax.scan(body, (zeros, zero_aux), (micro, keys))

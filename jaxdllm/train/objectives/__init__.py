@@ -9,6 +9,7 @@ from __future__ import annotations
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.registry import Registry
+from jaxdllm.train.objectives.assd import AssdJoint
 from jaxdllm.train.objectives.base import Objective, Views, aligned_logits, has_predictor, token_ce
 from jaxdllm.train.objectives.block_diffusion import BlockDiffusion
 from jaxdllm.train.objectives.causal_lm import CausalLM
@@ -27,6 +28,7 @@ objective_class = OBJECTIVES.lookup
 for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion,
              MedusaObjective, SdarConversion, SetBlockDecoding):
     register_objective(_cls)
+register_objective(AssdJoint)
 
 
 def settings_of(kind: str) -> tuple[str, ...]:

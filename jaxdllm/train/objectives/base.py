@@ -47,6 +47,8 @@ class Views:
       unembed: the trained model's LM head, `unembed(hidden [..., L, D]) -> logits [..., L, V]`.
       extra: the objective's own module (`Objective.extra_module`, e.g. Medusa heads), trained
         with the model or alone; None for objectives without one.
+      step: int32 scalar, the optimizer step this loss is for (0 on the first update), for
+        objectives with a curriculum (`assd`'s masking rate); None outside the trainer.
     """
 
     student: Apply
@@ -55,6 +57,7 @@ class Views:
     init_cache: Callable | None = None
     unembed: Callable | None = None
     extra: Any = None
+    step: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
