@@ -13,7 +13,7 @@ from pathlib import Path
 
 PANELS = ("loss", "ce", "entropy", "ar_loss", "ntp_loss", "masked_loss", "consistency_loss", "denoise_loss", "encoder_loss",
           "masked_accuracy", "ntp_accuracy",
-          "noisy_accuracy", "corrupted_accuracy", "expert_load_max", "expert_load_cv")
+          "noisy_accuracy", "corrupted_accuracy", "masking_rate", "expert_load_max", "expert_load_cv")
 
 
 def main(argv=None) -> None:

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdllm.errors import ConfigError
+from jaxdllm.models.families.xlnet.orders import order_perm_mask
 from jaxdllm.train.objectives.base import Objective, Views, accuracy, token_ce
 
 
@@ -41,18 +42,6 @@ def masking_range(step, start: float, final_min: float, final_max: float, warmup
         return jnp.float32(final_min), jnp.float32(final_max)
     progress = jnp.clip(jnp.asarray(step, jnp.float32) / max(warmup_steps, 1), 0.0, 1.0)
     return start + (final_min - start) * progress, start + (final_max - start) * progress
-
-
-def order_perm_mask(masked: jax.Array, real: jax.Array) -> jax.Array:
-    """`[B, L, L]` bool perm_mask (True: i may not attend to j) of the order sigma = [visible ascending |
-    masked ascending], the visible x visible block cleared; padding columns (`real` False) blocked for all.
-
-    With that order, sigma_i <= sigma_j holds exactly when j is masked and either i is visible or j >= i
-    (the visible ones all come first, in any order, since their block is cleared)."""
-    length = masked.shape[1]
-    later = jnp.arange(length)[None, :] >= jnp.arange(length)[:, None]   # [L, L]: j >= i
-    blocked = masked[:, None, :] & (~masked[:, :, None] | later[None])
-    return blocked | ~real[:, None, :]
 
 
 @dataclasses.dataclass(frozen=True)
