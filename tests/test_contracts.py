@@ -104,6 +104,7 @@ OBJECTIVE_SETUP = {
     "set_block": {"preset": "tiny-qwen2", "overrides": {"mask_token_id": 253}, "batch": "tasks",
                   "settings": {"min_block": 2, "max_block": 3}},
     "assd": {"preset": "tiny-xlnet", "batch": "tasks", "settings": {"infill_rate": 0.5}},
+    "wedlm": {"preset": "tiny-wedlm", "batch": "tasks", "settings": {"block_size": 8}},
 }
 
 

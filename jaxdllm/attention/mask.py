@@ -19,6 +19,13 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     it); visible iff (both in x_hat and same block) or (q in x_hat, k in x, block(q) > block(k)) or
     (both in x, k <= q): the clean half is plainly causal (next-token prediction), a masked block
     sees the clean tokens of earlier blocks and its own block both ways.
+  * `wedlm`: WeDLM training (Tencent WeDLM, arXiv 2512.22737, `finetune/src/masking.py`) on `[x0 ; xt]` with
+    `n = Lk // 2` (the clean sequence, then its masked and reordered copy, both at the rows' logical
+    positions through the positions array); the block of index p is `(p mod n) // block_size`, counted
+    from each stream's start as the published `blk = idx // B`; visible iff (both in x0, k <= q) or
+    (q in xt, k in x0, block(k) < block(q)) or (both in xt, same block, k <= q): the clean stream is
+    causal (next-token prediction), an xt block sees the clean tokens of the blocks before it (never its
+    own block's) and, causally in its physical (reordered: observed tokens first) order, its own block.
   * `jacobi_forcing`: `prompt ++ [noisy_0 | clean_0 | noisy_1 | clean_1 | ...]`, blocks of
     `block_size`, prompt length `prefix_len`; the prompt is causal; a block token sees the
     whole prompt, earlier blocks of its own stream and, inside its block, itself and earlier
@@ -70,11 +77,11 @@ from flax import struct
 from jaxdllm.errors import ConfigError
 
 MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing",
-                   "lookahead", "denoise_canvas", "tree"]
+                   "lookahead", "denoise_canvas", "tree", "wedlm"]
 MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing", "lookahead",
-              "denoise_canvas", "tree")
-_NEEDS_BLOCK = ("block_causal", "block_diffusion", "set_block", "jacobi_forcing", "denoise_canvas")
-_HALVES = ("block_diffusion", "set_block", "denoise_canvas")  # the rule needs the key length (two halves)
+              "denoise_canvas", "tree", "wedlm")
+_NEEDS_BLOCK = ("block_causal", "block_diffusion", "set_block", "jacobi_forcing", "denoise_canvas", "wedlm")
+_HALVES = ("block_diffusion", "set_block", "denoise_canvas", "wedlm")  # the rule needs the key length (two halves)
 _PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree", "set_block")
 _WINDOWED = ("causal", "bidirectional", "denoise_canvas")
 
@@ -224,6 +231,13 @@ class MaskSpec:
         clean_causal = q_clean & k_clean & (q_blk >= k_blk)
         return same | noisy_sees_clean | clean_causal
 
+    def _wedlm_visible(self, q_idx, k_idx, n):
+        q_xt, k_xt = q_idx >= n, k_idx >= n
+        q_blk, k_blk = (q_idx % n) // self.block_size, (k_idx % n) // self.block_size
+        in_order = k_idx <= q_idx
+        return ((~q_xt & ~k_xt & in_order) | (q_xt & ~k_xt & (k_blk < q_blk))
+                | (q_xt & k_xt & (k_blk == q_blk) & in_order))
+
     def _denoise_canvas_visible(self, q_idx, k_idx, n):
         bs, p = self.block_size, self.prefix_len
         canvas = (q_idx - p) // bs
@@ -236,8 +250,8 @@ class MaskSpec:
         return jnp.where(q_idx < p, k_idx == q_idx, context | own)
 
     def visible_at(self, q_idx: jax.Array, k_idx: jax.Array, kv_len: int) -> jax.Array:
-        """`visible` for every kind, block_diffusion and denoise_canvas included (their halves need
-        `kv_len`).
+        """`visible` for every kind, block_diffusion, set_block, wedlm and denoise_canvas included (their
+        halves need `kv_len`).
 
         Elementwise on broadcastable int arrays; kernels call this on one tile's indices.
         """
@@ -245,6 +259,8 @@ class MaskSpec:
             return self._block_diffusion_visible(q_idx, k_idx, kv_len // 2)
         if self.kind == "denoise_canvas":
             return self._denoise_canvas_visible(q_idx, k_idx, kv_len // 2)
+        if self.kind == "wedlm":
+            return self._wedlm_visible(q_idx, k_idx, kv_len // 2)
         return self.visible(q_idx, k_idx)
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array:

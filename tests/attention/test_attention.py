@@ -24,6 +24,9 @@ CASES = [
     ("set_block", 24, 24, {"block": 3}),
     ("set_block", 8, 20, {"block": 4, "q_offset": 10}),
     ("set_block", 26, 26, {"block": 4, "prefix": 5}),
+    ("wedlm", 24, 24, {"block": 4}),
+    ("wedlm", 26, 26, {"block": 5}),                     # a shorter last block in each stream
+    ("wedlm", 9, 22, {"block": 3, "q_offset": 13}),
     ("jacobi_forcing", 5 + 4 * 3, 5 + 4 * 3, {"block": 3, "prefix": 5}),
     ("jacobi_forcing", 23, 23, {"block": 4, "prefix": 7}),
     ("lookahead", 1 + 4 * 3 + 2 * 4, 6 + 1 + 4 * 3 + 2 * 4, {"prefix": 6, "q_offset": 6, "window_shape": (4, 3, 4)}),

@@ -28,6 +28,7 @@ CASES = {
     "block_diffusion": (MaskSpec(kind="block_diffusion", block_size=4), 42, 42, 2, 2),
     "block_diffusion_offset": (MaskSpec(kind="block_diffusion", block_size=5, q_offset=20), 9, 40, 2, 1),
     "set_block_per_row_anchor": (MaskSpec(kind="set_block", block_size=3, prefix_len=jnp.array([5, 11])), 42, 42, 2, 1),
+    "wedlm": (MaskSpec(kind="wedlm", block_size=5), 42, 42, 2, 1),
     "jacobi_forcing_per_row_prefix": (MaskSpec(kind="jacobi_forcing", block_size=4, prefix_len=jnp.array([5, 11])), 39, 39, 4, 2),
     "causal_segments": (MaskSpec(kind="causal", q_segment_ids=SEG, kv_segment_ids=SEG), 37, 37, 2, 2),
     "bidirectional_padding": (MaskSpec.from_padding(SEG > 0), 37, 37, 4, 2),

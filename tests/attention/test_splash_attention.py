@@ -51,6 +51,7 @@ CASES = {  # kind, block size, length (not a multiple of 128)
     "block_causal": (MaskSpec(kind="block_causal", block_size=32), 170),
     "block_diffusion": (MaskSpec(kind="block_diffusion", block_size=16), 260),
     "jacobi_forcing": (MaskSpec(kind="jacobi_forcing", block_size=16, prefix_len=37), 165),
+    "wedlm": (MaskSpec(kind="wedlm", block_size=32), 260),
     "lookahead": (MaskSpec(kind="lookahead", window_shape=(4, 15, 4), prefix_len=60), 60 + 1 + 4 * 15 + 15 * 4),
     "sliding_window": (MaskSpec(kind="causal", window=50), 200),
     "tree": (MaskSpec(kind="tree", tree=MEDUSA, block_size=8, prefix_len=50), 160),  # 14 tokens past the tree

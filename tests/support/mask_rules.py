@@ -1,5 +1,5 @@
 """Per-element attention rules written out from the published papers (BD3-LM, Jacobi Forcing, Lookahead decoding, Medusa's
-tree attention), independent of jaxdllm's vectorised `MaskSpec`."""
+tree attention, WeDLM's training mask), independent of jaxdllm's vectorised `MaskSpec`."""
 
 import itertools
 
@@ -82,6 +82,15 @@ def brute_force(kind, q_len, kv_len, *, q_offset=0, block=None, prefix=0, window
             ok = ((qp < h and kp < h and kp <= qp)
                   or (qp >= h and kp >= h and blk_q == blk_k)
                   or (qp >= h and kp < h and blk_q > blk_k))
+        elif kind == "wedlm":
+            # WeDLM's build_2d_attention_mask (finetune/src/masking.py) on [x0 ; xt] of n tokens each, its
+            # three terms: intra-block causal within a stream, xt to the x0 of earlier blocks, x0 across blocks.
+            q_xt, k_xt = q >= n, j >= n
+            blk_q = (q - n) // block if q_xt else q // block
+            blk_k = (j - n) // block if k_xt else j // block
+            ok = ((blk_q == blk_k and q_xt == k_xt and j <= q)
+                  or (blk_k < blk_q and q_xt and not k_xt)
+                  or (blk_k < blk_q and not q_xt and not k_xt))
         elif kind == "jacobi_forcing":
             def where(p):  # (is_prompt, block index, stream 0 noisy / 1 clean, offset in block)
                 if p < prefix:

@@ -20,13 +20,14 @@ from jaxdllm.train.objectives.medusa import MedusaObjective
 from jaxdllm.train.objectives.sdar import SdarConversion
 from jaxdllm.train.objectives.set_block import SetBlockDecoding
 from jaxdllm.train.objectives.uniform_block_diffusion import UniformBlockDiffusion
+from jaxdllm.train.objectives.wedlm import WeDLMConversion
 
 OBJECTIVES: Registry[Objective] = Registry("[objective] kind")
 register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective] kind = cls.name
 objective_class = OBJECTIVES.lookup
 
 for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion,
-             MedusaObjective, SdarConversion, SetBlockDecoding):
+             MedusaObjective, SdarConversion, SetBlockDecoding, WeDLMConversion):
     register_objective(_cls)
 register_objective(AssdJoint)
 
