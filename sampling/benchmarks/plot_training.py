@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-PANELS = ("loss", "ce", "entropy", "ar_loss", "ntp_loss", "masked_loss", "consistency_loss", "denoise_loss", "encoder_loss",
-          "masked_accuracy", "ntp_accuracy",
+PANELS = ("loss", "ce", "entropy", "ar_loss", "ntp_loss", "masked_loss", "mlm_loss", "consistency_loss", "denoise_loss",
+          "encoder_loss", "masked_accuracy", "ntp_accuracy", "ar_accuracy",
           "noisy_accuracy", "corrupted_accuracy", "masking_rate", "expert_load_max", "expert_load_cv")
 
 
