@@ -37,7 +37,7 @@ DIFFUSIONGEMMA = ("diffusiongemma-26b-a4b", ["v5e-1", "v6e-1", "v5e-8", "v5p-8",
 TRAINING = [("llada8b_sft_gsm8k", "llada-8b"), ("llada8b_lora_gsm8k", "llada-8b"),
             ("dparallel_llada8b", "llada-8b"), ("dparallel_dream7b", "dream-7b"),
             ("jacobi_forcing_qwen2.5_7b", "qwen2.5-7b"), ("diffusiongemma_26b_lora_sft", "diffusiongemma-26b-a4b"),
-            ("sdar_qwen3_8b", "qwen3-8b"), ("set_block_qwen3_8b", "qwen3-8b")]
+            ("sdar_qwen3_8b", "qwen3-8b"), ("set_block_qwen3_8b", "qwen3-8b"), ("wedlm_qwen3_8b", "qwen3-8b")]
 TRAINING_RUNTIMES = ["v5e-8", "v4-32", "v5p-8"]
 
 
