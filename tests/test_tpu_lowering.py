@@ -124,6 +124,7 @@ OBJECTIVES = {  # objective -> (model preset, recipe section)
     "block_diffusion": ("fast-dllm-v2-7b", {"kind": "block_diffusion", "block_size": 32}),
     "causal_lm": ("qwen2.5-7b", {"kind": "causal_lm"}),
     "jacobi_forcing": ("qwen2.5-7b", {"kind": "jacobi_forcing"}),
+    "wedlm": ("wedlm-7b", {"kind": "wedlm", "block_size": 32}),
 }
 
 
