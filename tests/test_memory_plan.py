@@ -81,6 +81,7 @@ CANVAS_PLANS = {
     "freedave_canvas": [("freedave", "tiny-llada", TINY, {})],
     "apd_canvas": [("apd", "tiny-llada", TINY, {"verifier": "tiny-qwen2"})],
     "wedlm_canvas": [("wedlm", "tiny-wedlm", TINY, {})],
+    "assd_canvas": [("assd", "tiny-xlnet", {**TINY, "num_kv_heads": TINY["num_heads"]}, {})],  # XLNet: no GQA
 }
 
 

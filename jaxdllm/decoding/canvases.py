@@ -5,6 +5,7 @@ one line in the registration loop below (or a `register_canvas` call from user c
 from __future__ import annotations
 
 from jaxdllm.decoding.apd_canvas import ApdCanvas
+from jaxdllm.decoding.assd_canvas import AssdCanvas
 from jaxdllm.decoding.canvas import Canvas, CanvasRegistry
 from jaxdllm.decoding.draft_canvas import DraftCanvas
 from jaxdllm.decoding.freedave_canvas import FreedaveCanvas
@@ -15,7 +16,7 @@ from jaxdllm.decoding.wedlm_canvas import WedlmCanvas
 CANVASES: CanvasRegistry = CanvasRegistry("canvas")
 register_canvas = CANVASES.register  # checks the class against `Canvas`, then makes it a policy's `canvas`
 
-for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas):
+for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas, AssdCanvas):
     register_canvas(_cls)
 
 

@@ -394,6 +394,12 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
                            stop_at_eos=True),
     "wedlm-quality": SamplerConfig(gen_length=256, policy="wedlm", window=6, entropy_threshold=0.0, pos_penalty=0.1,
                                    temperature=0.1, stop_at_eos=True),
+    # ASSD (any-subset speculative decoding) of an any-order model (XLNet): the next k = 5 ranks drafted in one
+    # forward and verified in a second, T = 1 (the published main runs): the model's sequential sampling under
+    # the order (visible tokens, then the MASK positions left to right). `assd-greedy`: T = 0, drafts kept
+    # while they are the verifier's argmax: sequential greedy decoding under the order, token for token.
+    "assd": SamplerConfig(gen_length=256, policy="assd", drafts=5, temperature=1.0, stop_at_eos=True),
+    "assd-greedy": SamplerConfig(gen_length=256, policy="assd", drafts=5, temperature=0.0, stop_at_eos=True),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -433,4 +439,6 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "sbd-high": "Set Block Decoding with the paper's higher bound, gamma 0.35: fewer forwards",
     "wedlm": "WeDLM: a streaming window of 16 masks over a prefix cache, entropy + 0.02/slot below 0.4",
     "wedlm-quality": "WeDLM's quality setting: one mask per step, window 6, distance penalty 0.1, T 0.1",
+    "assd": "ASSD: an any-order model (XLNet) drafts 5 ranks, verifies them; its sequential sampling, T 1 (exact)",
+    "assd-greedy": "ASSD at T 0: drafts kept while they are the verifier's argmax: sequential greedy (exact)",
 }

@@ -72,6 +72,8 @@ POLICY_SETUP = {
             "config": {"draft_window": 4, "kv_window": 2}},
     # a causal model whose masks read their own logits (tests/decoding/test_wedlm_generate.py: the published procedure)
     "wedlm": {"model": "wedlm", "config": {"window": 8}},
+    # an any-order model (XLNet's two streams), its MASK id outside the prompts' ids (tests/decoding/test_assd.py)
+    "assd": {"model": "xlnet", "config": {"drafts": 3}},
 }
 
 
@@ -98,7 +100,9 @@ def test_every_policy_fills_the_canvas_and_counts(model, causal_model, policy):
                     "add one ({} if the shared LLaDA model and config suffice)")
     setup = POLICY_SETUP[policy]
     net = {"causal": lambda: causal_model, "diffusiongemma": two_layer_diffusiongemma,
-           "wedlm": lambda: tiny_model("tiny-wedlm", shared=True)}.get(setup.get("model"), lambda: model)()
+           "wedlm": lambda: tiny_model("tiny-wedlm", shared=True),
+           "xlnet": lambda: tiny_model("tiny-xlnet", mask_token_id=250, shared=True),
+           }.get(setup.get("model"), lambda: model)()
     params = setup["params"]() if "params" in setup else None
     ids, mask, _ = prompts([5, 5], seed=3)
     # a canvas without diffusion blocks takes no block_length (cfg's 8): the loop's default stands

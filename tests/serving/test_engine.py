@@ -58,6 +58,8 @@ CASES = {
     "sbd-high": ("tasks-qwen2-small-sbd", LONG, {}),
     "wedlm": ("tasks-qwen2-small-wedlm", LONG, {}),
     "wedlm-quality": ("tasks-qwen2-small-wedlm", LONG, {"temperature": 0.0}),
+    "assd": ("tasks-xlnet-small", TASKS, {}),
+    "assd-greedy": ("tasks-xlnet-small", TASKS, {}),
 }
 # the default run: a masked canvas in the block layout with a policy that re-decides its block, and a
 # draft canvas; the slow run every other preset (the other canvases: uniform, FreeDave, APD; every cache)

@@ -20,6 +20,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `spec_diffusion` | SpecDiff, DiffuSpec | a masked-diffusion drafter (a second model in the loop) drafts, the causal model verifies: greedy or speculative sampling |
 | `freedave` | FreeDave | drafts of the next k steps verified in one forward: a greedy sampler's output, fewer forwards (`freedave_canvas.py`) |
 | `apd` | APD | a diffusion model's left-to-right drafts, committed while they match a mixture with a small causal model (a second model in the loop; `apd_canvas.py`) |
+| `assd` | ASSD | an any-order model (XLNet) drafts its next k ranks in one forward and verifies them in a second, speculative sampling: its sequential distribution under the order (`assd_canvas.py`) |
 | `wedlm` | WeDLM | a streaming window of masks after a causal model's prefix cache, decided tokens reordered first; entropy + distance penalty below tau (`wedlm_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
@@ -31,6 +32,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 from __future__ import annotations
 
 from jaxdllm.decoding.policies.apd import Apd
+from jaxdllm.decoding.policies.assd import Assd
 from jaxdllm.decoding.policies.base import (Commit, ConfidencePolicy, Policy, StepContext, choose_tokens,
                                             rank_among, scheduled_count, token_confidence, token_entropy)
 from jaxdllm.decoding.policies.credit import Credit
@@ -61,11 +63,11 @@ policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
              Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave,
-             SpecDiffusion, Apd, Wedlm):
+             SpecDiffusion, Apd, Wedlm, Assd):
     register_policy(_cls)
 
 
-__all__ = ["Apd", "Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
+__all__ = ["Apd", "Assd", "Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
            "EntropyBound", "Factor", "FreeDave", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
            "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "Wedlm", "choose_tokens", "dream_timesteps",
