@@ -10,6 +10,7 @@ token's probability removed and the rest renormalised (float64)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -59,63 +60,79 @@ def greedy_model():
 
 # -- the sequential reference ---------------------------------------------------------------------------
 
-def reference_perm(row) -> np.ndarray:
-    """`[T, T]` bool perm mask (True: i may not attend to j) of the published order for `row` (no padding):
-    visible tokens (not MASK) are seen by every position; the masked positions, ranked left to right, are
-    seen by the masked positions ranked after them."""
+def reference_perm(row, width: int | None = None) -> np.ndarray:
+    """`[W, W]` bool perm mask (True: i may not attend to j) of the published order for `row`, right-padded to
+    `width` columns that nobody attends to: visible tokens (not MASK) are seen by every position; the masked
+    positions, ranked left to right, are seen by the masked positions ranked after them."""
     masked = [i for i, t in enumerate(row) if t == MASK]
     rank = {pos: r for r, pos in enumerate(masked)}
-    t = len(row)
-    perm = np.ones((t, t), bool)
-    for i in range(t):
-        for j in range(t):
+    width = width or len(row)
+    perm = np.ones((width, width), bool)
+    for i in range(width):
+        for j in range(len(row)):
             if j not in rank or (i in rank and rank[i] > rank[j]):
                 perm[i, j] = False
     return perm
 
 
-def conditionals(model, rows: np.ndarray, perm: np.ndarray, pos: int, temperature: float = 1.0) -> np.ndarray:
-    """`[N, V]` float64 distribution of position `pos` of each of `rows [N, T]` under `perm`, one target per
-    forward, MASK removed and renormalised (at `temperature`)."""
-    logits = np.asarray(model.two_stream(jnp.asarray(rows, jnp.int32),
-                                         jnp.asarray(np.broadcast_to(perm, (len(rows),) + perm.shape)),
-                                         jnp.full((len(rows), 1), pos, jnp.int32)), np.float64)[:, 0]
+@functools.cache
+def _jitted_two_stream(model):
+    graphdef, params = nnx.split(model)
+    call = jax.jit(lambda p, ids, perm, targets: nnx.merge(graphdef, p).two_stream(ids, perm, targets))
+    return functools.partial(call, params)
+
+
+def conditionals(model, rows: np.ndarray, perms: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """`[N, V]` float64 distribution of position `positions[n]` of each of `rows [N, W]` under `perms
+    [N, W, W]`, one target per row, MASK removed and renormalised (T = 1)."""
+    logits = np.asarray(_jitted_two_stream(model)(jnp.asarray(rows, jnp.int32), jnp.asarray(perms),
+                                                  jnp.asarray(positions, jnp.int32)[:, None]), np.float64)[:, 0]
     logits[:, MASK] = -np.inf
-    z = logits / temperature
-    e = np.exp(z - z.max(-1, keepdims=True))
+    e = np.exp(logits - logits.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 
 
 def sequential_joint(model, prompt, length: int) -> np.ndarray:
     """`[V] * length` float64: the probability of every answer of `length` tokens after `prompt` under
-    sequential sampling at T = 1 (every prefix's conditional: one forward per prefix, batched)."""
+    sequential sampling at T = 1 (every prefix's conditional: one forward per prefix, V^(length-1) rows each
+    step, the first steps' prefixes repeated to fill them)."""
     row = list(prompt) + [MASK] * length
-    perm = reference_perm(row)
+    rows = V ** (length - 1)
+    perms = np.broadcast_to(reference_perm(row), (rows, len(row), len(row)))
     joint = np.ones((1,), np.float64)
     prefixes = np.asarray([row])
     for step in range(length):
         pos = len(prompt) + step
-        probs = conditionals(model, prefixes, perm, pos)                         # [P, V]
+        filled = np.resize(prefixes, (rows, len(row)))
+        probs = conditionals(model, filled, perms, np.full(rows, pos))[:len(prefixes)]      # [P, V]
         joint = (joint[:, None] * probs).reshape(-1)
         prefixes = np.repeat(prefixes, V, 0)
         prefixes[:, pos] = np.tile(np.arange(V), len(prefixes) // V)
     return joint.reshape((V,) * length)
 
 
-def sequential_greedy(model, row, stop_at_eos: bool) -> list[int]:
-    """`row` (MASK where undecided, no padding) decoded greedily one masked position at a time, left to right;
-    with `stop_at_eos`, once an EOS at or after the first masked column has nothing undecided before it, the
-    rest becomes EOS."""
-    row = list(row)
-    perm = reference_perm(row)
-    masked = [i for i, t in enumerate(row) if t == MASK]
-    for pos in masked:
-        row[pos] = int(np.argmax(conditionals(model, np.asarray([row]), perm, pos)[0]))
-        if stop_at_eos:
-            eos = [c for c in range(masked[0], len(row)) if row[c] == EOS]
-            if eos and MASK not in row[:eos[0]]:
-                return [EOS if t == MASK else t for t in row]
-    return row
+def sequential_greedy(model, rows, stop_at_eos: bool) -> list[list[int]]:
+    """Each of `rows` (MASK where undecided, no padding) decoded greedily one masked position at a time, left
+    to right (the rows in lockstep, right-padded to one width with columns nobody attends to); with
+    `stop_at_eos`, once an EOS at or after a row's first masked column has nothing undecided before it, the
+    rest of that row becomes EOS."""
+    rows = [list(r) for r in rows]
+    width = max(map(len, rows))
+    perms = np.stack([reference_perm(r, width) for r in rows])
+    masked = [[i for i, t in enumerate(r) if t == MASK] for r in rows]
+    stopped = [False] * len(rows)
+    for step in range(max(map(len, masked))):
+        ids = np.asarray([r + [PAD] * (width - len(r)) for r in rows])
+        targets = np.asarray([m[step] if step < len(m) else 0 for m in masked])
+        picks = conditionals(model, ids, perms, targets).argmax(-1)
+        for r, row in enumerate(rows):
+            if step >= len(masked[r]) or stopped[r]:
+                continue
+            row[targets[r]] = int(picks[r])
+            eos = [c for c in range(masked[r][0], len(row)) if row[c] == EOS]
+            if stop_at_eos and eos and MASK not in row[:eos[0]]:
+                rows[r], stopped[r] = [EOS if t == MASK else t for t in row], True
+    return rows
 
 
 # -- sampling: the joint of the generated tokens against the sequential one ------------------------------
@@ -272,8 +289,8 @@ def greedy_batch(greedy_model):
 def test_greedy_assd_is_sequential_greedy_alone_and_in_a_ragged_batch(greedy_model, greedy_batch):
     config = SamplerConfig.preset("assd-greedy", **GREEDY)
     width = max(map(len, GREEDY_ROWS))
-    for i, row in enumerate(GREEDY_ROWS):
-        want = sequential_greedy(greedy_model, row + [MASK] * GREEDY["gen_length"], stop_at_eos=True)
+    wants = sequential_greedy(greedy_model, [row + [MASK] * GREEDY["gen_length"] for row in GREEDY_ROWS], True)
+    for i, (row, want) in enumerate(zip(GREEDY_ROWS, wants)):
         got = np.asarray(greedy_batch.tokens[i, width - len(row):]).tolist()
         assert got == want, (i, got, want)
         alone = jaxdllm.generate(greedy_model, np.asarray([row], np.int32), config)
