@@ -24,8 +24,10 @@ Rows sit at different ranks (n, the row's decided masked positions, is `order`'s
 undecided ones) and take k' = min(drafts, ranks left) targets each: the K target slots are gathered
 per row and slots past k' are ignored, so one batched forward of static shape serves every row.
 The verify forward is skipped when no row has two targets left. `nfe` counts 2 forwards per
-iteration of a row with k' >= 2 and 1 for its last single rank. No KV cache (the published main
-branch recomputes every forward).
+iteration of a row with k' >= 2 and 1 for its last single rank, or (with `stop_at_eos`) for a first
+draft of EOS, which is kept and ends the row (the verifier's verdict on the drafts after it is not
+needed), so with or without `stop_at_eos` a row's forwards never exceed its decided tokens. No KV
+cache (the published main branch recomputes every forward).
 """
 
 from __future__ import annotations
@@ -124,11 +126,13 @@ class AssdCanvas(Canvas):
         return Footprint(canvas=total, kv_slots=0, widest=total + k, attended=4 * total, logits=k, logit_copies=4)
 
     def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
-        """Sequential decoding under the order (one draft per iteration: a single forward per token) against
-        ASSD at the published k = 5, at the checkpoint's temperature."""
-        t = defaults.get("temperature", 1.0)
-        return {"sequential": ("assd", dict(gen_length=gen_length, drafts=1, temperature=t)),
-                "assd": ("assd", dict(gen_length=gen_length, temperature=t))}
+        """Sequential greedy decoding under the order (one draft per iteration: one forward per token), greedy
+        ASSD at the published k = 5 (the same tokens in fewer forwards), and ASSD at T = 1 (the published main
+        setting: the model's sequential sampling)."""
+        g = gen_length
+        return {"sequential": ("assd-greedy", dict(gen_length=g, drafts=1)),
+                "assd-greedy": ("assd-greedy", dict(gen_length=g)),
+                "assd": ("assd", dict(gen_length=g))}
 
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
         """The carry for `prompt [B, Lp]` (its MASK tokens to decode too) followed by G MASK; rows with
@@ -166,6 +170,8 @@ class AssdCanvas(Canvas):
 
         drafted = ids.at[rows, jnp.where(valid, targets, t)].set(drafts, mode="drop")
         verifies = width >= 2
+        if config.stop_at_eos:  # a first draft of EOS is kept and ends the row: nothing after it needs verifying
+            verifies = verifies & (drafts[:, 0] != lay.eos_id)
         p = jax.lax.cond(verifies.any(),
                          lambda: mask_removed_probs(model.two_stream(drafted, sigma_perm_mask(carry.rank, view.seg),
                                                                      targets), lay.mask_id, config.temperature),
@@ -176,7 +182,7 @@ class AssdCanvas(Canvas):
             eos = commit & (verdict.tokens == lay.eos_id)
             cut = jnp.where(eos.any(1), jnp.argmax(eos, axis=1), k)
             commit = commit & (slot <= cut[:, None])
-        nfe = state.nfe + jnp.where(width >= 2, 2, jnp.where(width == 1, 1, 0)).astype(jnp.int32)
+        nfe = state.nfe + jnp.where(verifies, 2, jnp.where(width >= 1, 1, 0)).astype(jnp.int32)
         where = jnp.where(commit, targets, t)
         state = state.replace(
             nfe=nfe,

@@ -372,7 +372,9 @@ def test_assd_decodes_the_shipped_tasks_model_and_fills_an_infill(shipped):
     answers = tok.answers(out)
     assert all(get_task(t).check(p, a) for (t, p), a in zip(TASK_PROMPTS.items(), answers)), answers
     decoded = np.asarray(out.commit_step)[:, out.prompt_len:].max(1)  # the forward of each row's last token
-    assert (np.asarray(out.nfe) <= defaults.gen_length).all() and (np.asarray(out.nfe) == decoded).all()
+    eos = np.asarray(out.generated) == model.config.eos_token_id
+    tokens = np.where(eos.any(1), eos.argmax(1) + 1, eos.shape[1])  # up to its EOS (the rest: filler)
+    assert (np.asarray(out.nfe) <= tokens).all() and (np.asarray(out.nfe) == decoded).all()
 
     infill = tok(["reverse 4821=1<mask><mask>4<eos>", "copy 2718=<mask><mask>18<eos>"])
     filled = jaxdllm.generate(model, infill, config)
@@ -396,3 +398,21 @@ def test_on_the_shipped_model_greedy_assd_is_sequential_greedy_on_held_out_promp
     one = jaxdllm.generate(model, tok(prompts), config.replace(drafts=1))
     np.testing.assert_array_equal(np.asarray(fast.tokens), np.asarray(one.tokens))
     assert np.asarray(fast.nfe).sum() < np.asarray(one.nfe).sum()
+
+
+def test_one_compiled_loop_without_host_callbacks(model):
+    """The whole generation traces to one jitted computation holding one while loop (the verify forward a
+    `cond` inside it), with no host callback."""
+    from jaxdllm.decoding import loop, sampler
+
+    config = sample_config()
+    ids = np.asarray([PROMPT, PROMPT], np.int32)
+    prep = sampler.prepare(model.config, ids, None, config)
+    graphdef, params = nnx.split(model)
+    jaxpr = jax.make_jaxpr(lambda p, i, m, v: loop.decode(
+        graphdef, p, i, m, v, jax.random.PRNGKey(0), canvas=config.canvas, lay=prep.lay, config=config))(
+        params, prep.ids, prep.seg, prep.valid)
+    text = str(jaxpr)
+    assert [str(e.primitive) for e in jaxpr.jaxpr.eqns].count("jit") + \
+        [str(e.primitive) for e in jaxpr.jaxpr.eqns].count("pjit") == 1
+    assert text.count("while[") == 1 and "callback" not in text
