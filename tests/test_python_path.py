@@ -118,12 +118,14 @@ def test_eval_settings_rescale_a_new_length_however_it_is_given():
     assert list(shapes[2].values()) == [(8, 8, 8), (32, 32, 32)]
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_the_default_model_is_the_shipped_one_whatever_the_working_folder_holds(tmp_path):
     (tmp_path / "tasks-llada-small").mkdir()  # a folder of the same name where the command runs
     out = run_cli("generate", "--prompt", "reverse 4821=", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "1284", out.stderr
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_the_command_line_decodes_a_causal_checkpoint_with_jacobi_without_flags(tmp_path):
     out = run_cli("generate", "--model", "tasks-qwen2-small-jf", "--prompt", "reverse 3141592653589=", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -36,6 +36,7 @@ def test_a_mesh_test_without_its_devices_fails_and_says_why():
     assert "unset XLA_FLAGS or give --xla_force_host_platform_device_count=8" in run.stdout
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_without_torch_only_the_modules_that_import_it_skip():
     """Collection with torch blocked (as if the test extra were not installed): no collection error,
     and every test still collects, the torch references' included (each skips when it runs:

@@ -12,7 +12,10 @@ from jaxdllm.train.task_accuracy import evaluate_task
 from support.cli import run_cli
 from support.fresh_eval import evaluate_in_a_fresh_process
 
-pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
+# The slow run (`.ci/run` runs it after the default run): model-card checks of the shipped checkpoints and
+# the README's first command in a fresh process; the default run's 6-minute budget.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")]
 
 
 def test_readme_first_command_reverses_a_list():

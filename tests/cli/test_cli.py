@@ -10,6 +10,7 @@ from support.cli import run_cli as _run
 from support.hf_models import make_hf_model
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_one_module_per_command_and_help_lists_them():
     import jaxdllm.cli as cli
 
@@ -21,6 +22,7 @@ def test_one_module_per_command_and_help_lists_them():
     assert out.returncode == 2 and "invalid choice" in out.stderr and "(see jaxdllm --help)" in out.stderr
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_inspect_and_convert(tmp_path):
     make_hf_model("qwen2", "gqa").save_pretrained(tmp_path / "src")
     out = _run("inspect", str(tmp_path / "src"), "--load")
@@ -35,6 +37,7 @@ def test_inspect_and_convert(tmp_path):
     np.testing.assert_allclose(dst["lm_head.weight"].astype(np.float32), src["lm_head.weight"], rtol=1e-2)
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_readable_error_for_a_bad_directory(tmp_path):
     out = _run("inspect", str(tmp_path))
     assert out.returncode == 2
@@ -56,6 +59,7 @@ def _tiny_llada_with_tokenizer(path):
     tok.save(str(path / "tokenizer.json"))
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_generate_prints_text_and_nfe(tmp_path):
     _tiny_llada_with_tokenizer(tmp_path)
     out = _run("generate", "--model", str(tmp_path), "--prompt", "w1 w2 w3", "--preset", "fast-dllm-parallel",

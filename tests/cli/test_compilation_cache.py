@@ -64,6 +64,7 @@ def test_second_generate_loads_the_compiled_programs(tmp_path):
     assert off["hits"] == off["misses"] == 0 and off["text"] == first["text"]
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_uncreatable_folder_warns_and_runs_without(tmp_path):
     (tmp_path / "file").write_text("not a folder")  # the cache folder would have to be inside a file
     code = ("import warnings, jax\nfrom jaxdllm import enable_compilation_cache\n"

@@ -49,6 +49,7 @@ def test_every_error_type_is_a_jaxdllm_error_and_its_builtin():
         assert issubclass(getattr(errors, name), errors.JaxdllmError), name
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_a_library_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     (tmp_path / "recipe.toml").write_text("[model]\npreset = \"tiny-llada\"\n[mesh]\ndata = 3\n")
     out = _cli("train", str(tmp_path / "recipe.toml"), "--workdir", str(tmp_path / "run"))
@@ -98,9 +99,9 @@ def _path_cases(tmp_path):
     ]
 
 
-# One case per command in the default run (eval, convert, train, distill), the rest in the slow run
-# (the default run's 6-minute budget).
-@pytest.mark.parametrize("case", [c if c in (0, 3, 5, 7) else pytest.param(c, marks=pytest.mark.slow) for c in range(9)])
+# Fresh processes: the slow run, for the default run's 6-minute budget.
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(9))
 def test_an_output_path_that_cannot_be_written_fails_first(case, tmp_path):
     if not Path("/proc").is_dir():
         pytest.skip("uses /proc as a folder nobody can write to")
@@ -113,6 +114,7 @@ def test_an_output_path_that_cannot_be_written_fails_first(case, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no workdir, runs/ or partial output
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_a_missing_init_from_is_named_and_no_workdir_is_made(tmp_path):
     out = _cli("train", "dparallel_tasks_tiny_cpu", "--set", f"model.init_from={tmp_path / 'nope'}",
                "--workdir", str(tmp_path / "run"))
@@ -121,6 +123,7 @@ def test_a_missing_init_from_is_named_and_no_workdir_is_made(tmp_path):
     assert "tokenizer.json" not in out.stderr and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_device_out_of_memory_is_one_line_with_sizes(tmp_path):
     """A real XLA RESOURCE_EXHAUSTED: the process's address space is capped at 6 GiB and a
     copy of the shipped model is asked for a 32k-token canvas (its attention scores alone are
@@ -270,6 +273,7 @@ def test_a_stopped_train_saves_the_step_and_the_same_command_resumes(signum, tmp
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(1, step + 3))
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_without_matplotlib_eval_reports_only_what_it_wrote(tmp_path):
     script = ("import sys; sys.modules['matplotlib'] = None; "  # as if the eval extra were not installed
               "from jaxdllm.cli import main; sys.exit(main(sys.argv[1:]))")

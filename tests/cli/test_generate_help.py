@@ -32,6 +32,7 @@ def test_help_lists_every_preset_and_says_what_every_flag_does():
         assert any(line.split()[:1] == [name] and line.endswith(summary) for line in listed), name
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_help_runs_from_the_command_line():
     out = run_cli("generate", "--help")
     assert out.returncode == 0, out.stderr

@@ -20,6 +20,7 @@ sys.exit(main(["serve", "tasks-llada-small"]))
 """
 
 
+@pytest.mark.slow  # a fresh process: the slow run, for the default run's 6-minute budget
 def test_without_ray_the_package_imports_and_serve_names_the_extra():
     out = subprocess.run([sys.executable, "-c", WITHOUT_RAY], capture_output=True, text=True, env=cli_env(),
                          timeout=120)
