@@ -40,8 +40,9 @@ def _views(model, step=None):
     return Views(student=None, config=model.config, forward=forward, step=step)
 
 
-def _published_loss(model, tokens, masked):
-    """The published joint loss of rows `tokens [B, L]` with `masked [B, L]` (every row the same count)."""
+def _published_loss(model, tokens, masked, parallel=False):
+    """The published joint loss of rows `tokens [B, L]` with `masked [B, L]` (every row the same count);
+    `parallel`: the published `parallel` objective's, every masked token predicted from the visible ones."""
     b, length = tokens.shape
     k = int(masked[0].sum())
     perm = np.zeros((b, length, length), np.float32)
@@ -53,6 +54,8 @@ def _published_loss(model, tokens, masked):
         sigma[np.r_[visible, hidden]] = np.arange(length)  # rank of each position
         perm[r] = sigma[:, None] <= sigma[None, :]
         perm[r][np.ix_(visible, visible)] = 0.0
+        if parallel:
+            perm[r][:, hidden] = 1.0
         mapping[r, np.arange(k), hidden] = 1.0
         labels[r] = tokens[r, hidden]
     with torch.no_grad():
@@ -76,6 +79,23 @@ def test_the_loss_is_the_published_joint_loss(setup, infill_rate):
                for r in range(len(counts))) / counts.sum()
     np.testing.assert_allclose(float(loss), want, rtol=1e-4, atol=1e-5)
     assert int(metrics["masked_tokens"]) == counts.sum()
+
+
+def test_parallel_rows_train_the_draft_conditionals(setup):
+    """`parallel_rate = 1`: every row's masked tokens see the visible ones only (the published `parallel`
+    objective: the conditionals ASSD's drafts read), unlike the joint loss."""
+    theirs, ours, batch = setup
+    objective = make_objective("assd", {"final_min": 0.4, "final_max": 0.9, "parallel_rate": 1.0}, ours.config)
+    key = jax.random.PRNGKey(5)
+    loss, _ = jax.jit(lambda b, k: objective(_views(ours), b, k))(batch, key)
+    masked = np.asarray(objective.noise(batch, key)[0])
+    counts = masked.sum(1)
+    per_row = [(_published_loss(theirs, batch["tokens"][r:r + 1], masked[r:r + 1], parallel=True),
+                _published_loss(theirs, batch["tokens"][r:r + 1], masked[r:r + 1])) for r in range(len(counts))]
+    want = sum(p * c for (p, _), c in zip(per_row, counts)) / counts.sum()
+    joint = sum(j * c for (_, j), c in zip(per_row, counts)) / counts.sum()
+    np.testing.assert_allclose(float(loss), want, rtol=1e-4, atol=1e-5)
+    assert abs(want - joint) > 1e-3
 
 
 def test_the_masking_follows_the_answer_and_the_curriculum(setup):

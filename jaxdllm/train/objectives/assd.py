@@ -18,6 +18,11 @@ code draws one rate per micro-batch from a stratified bin; here each row of a ba
 per bin of B equal bins of the range (stratified over rows). Outside the trainer (no step) the final
 range is used.
 
+Draft conditionals: with `parallel_rate > 0` that share of rows predicts every masked token from the
+visible tokens alone (the published `parallel` objective: no masked token sees another), the conditionals
+ASSD's draft forward reads; the joint objective never trains them (its targets always see the masked
+positions before them), so its drafts rely on generalisation and are often rejected.
+
 Infilling: with `infill_rate > 0` that share of rows masks one contiguous span of `num_predict` answer
 tokens at a uniform offset (the middle hidden, prefix and suffix visible), ASSD's infilling evaluation
 layout; the other rows mask a uniform random subset (the published objective, which covers any pattern
@@ -48,6 +53,7 @@ def masking_range(step, start: float, final_min: float, final_max: float, warmup
 class AssdJoint(Objective):
     """Settings: `start_masking_rate`, `final_min`, `final_max` (rates in (0, 1]), `masking_warmup_steps`
     (the curriculum's ramp, optimizer steps), `infill_rate` (share of rows that mask one contiguous span),
+    `parallel_rate` (share of rows whose masked tokens see only the visible ones: the draft conditionals),
     `max_targets` (the query stream's width K; default the row length: every position may be a target;
     a smaller K caps `num_predict` at K)."""
 
@@ -56,6 +62,7 @@ class AssdJoint(Objective):
     final_max: float = 0.99
     masking_warmup_steps: int = 5000
     infill_rate: float = 0.0
+    parallel_rate: float = 0.0
     max_targets: int | None = None
     name = "assd"
     packing = False
@@ -69,8 +76,9 @@ class AssdJoint(Objective):
             raise ConfigError(f"[objective] final_min ({self.final_min}) exceeds final_max ({self.final_max})")
         if self.masking_warmup_steps < 0:
             raise ConfigError(f"[objective] masking_warmup_steps must be >= 0, got {self.masking_warmup_steps}")
-        if not 0 <= self.infill_rate <= 1:
-            raise ConfigError(f"[objective] infill_rate must be in [0, 1], got {self.infill_rate}")
+        for key in ("infill_rate", "parallel_rate"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ConfigError(f"[objective] {key} must be in [0, 1], got {getattr(self, key)}")
         if self.max_targets is not None and self.max_targets < 1:
             raise ConfigError(f"[objective] max_targets must be a positive integer, got {self.max_targets}")
 
@@ -108,6 +116,9 @@ class AssdJoint(Objective):
         b, length = tokens.shape
         masked, rate = self.noise(batch, key, views.step)
         perm_mask = order_perm_mask(masked, batch["segment_ids"] > 0)
+        if self.parallel_rate:  # these rows' targets see the visible tokens only (ASSD's draft conditionals)
+            parallel = jax.random.uniform(jax.random.fold_in(key, 1), (b,)) < self.parallel_rate
+            perm_mask = perm_mask | (parallel[:, None, None] & masked[:, None, :])
         width = length if self.max_targets is None else min(self.max_targets, length)
         # the masked columns in ascending order first, then the others (their logits are not scored)
         column = jnp.arange(length)[None, :]
