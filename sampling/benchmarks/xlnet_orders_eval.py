@@ -11,8 +11,9 @@ permutation mask of sigma = [visible ascending | masked ascending] (`order_perm_
 * `left_to_right`: every answer slot masked; one forward per slot, the first masked slot predicted
   (argmax) and written, the order fixed: the sequential sampler ASSD's drafts are verified against
   (G forwards).
-* `one_forward`: every slot predicted at once from the prompt alone (each target sees no other
-  answer slot): the draft of ASSD's first step, k = G (1 forward).
+* `one_forward`: every slot predicted at once from the prompt alone (every masked column blocked for
+  every target): ASSD's draft of its first step with k = G (1 forward). The joint objective never
+  trains these conditionals; they rely on generalisation.
 * `infill`: the reference answer (and its EOS fill) written in, its middle third hidden, prefix and
   suffix visible; the middle filled left to right (one forward per hidden token). Scored by the task's
   checker on the whole filled answer.
@@ -23,6 +24,7 @@ Accuracy uses each task's checker (any valid answer counts for perm and pick3).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -69,9 +71,12 @@ def evaluate(model, tokenizer, task_name: str, n: int, gen: int, seed: int) -> d
     canvas, real, width = layout(tokenizer, prompts, gen, c.bos_token_id, c.pad_token_id)
     graphdef, state = nnx.split(model)
 
-    @jax.jit
-    def predict(state, canvas, masked, real, targets):
-        logits = nnx.merge(graphdef, state).two_stream(canvas, order_perm_mask(masked, real), targets)
+    @functools.partial(jax.jit, static_argnames="draft")
+    def predict(state, canvas, masked, real, targets, draft=False):
+        perm = order_perm_mask(masked, real)
+        if draft:  # ASSD's draft: no target sees any masked column, only the visible ones
+            perm = perm | masked[:, None, :]
+        logits = nnx.merge(graphdef, state).two_stream(canvas, perm, targets)
         logits = logits.at[..., c.mask_token_id].set(-jnp.inf)  # the mask is never an answer
         return jnp.argmax(logits, -1).astype(jnp.int32)
 
@@ -96,7 +101,8 @@ def evaluate(model, tokenizer, task_name: str, n: int, gen: int, seed: int) -> d
     targets = np.broadcast_to(np.arange(width, width + gen, dtype=np.int32), (len(prompts), gen))
     canvas_once = np.where(answer, c.mask_token_id, canvas).astype(np.int32)
     once = canvas_once.copy()
-    once[:, width:] = np.asarray(predict(state, canvas_once, answer, real, np.ascontiguousarray(targets)))
+    once[:, width:] = np.asarray(predict(state, canvas_once, answer, real, np.ascontiguousarray(targets),
+                                            draft=True))
 
     # infilling: the reference answer and its EOS fill written in, the middle third of the answer hidden
     reference = canvas.copy()
