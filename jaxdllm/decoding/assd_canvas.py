@@ -7,7 +7,8 @@ the prompt's MASK tokens and the `gen_length` answer columns. The order sigma is
 order. So a plain prompt decodes its answer left to right, and an infill is posed by writing MASK
 tokens where the middle goes (`prefix + [MASK] * m + suffix`): the suffix is visible, the middle is
 decoded left to right, then the answer columns after the suffix (with `stop_at_eos` and a suffix that
-ends in EOS, a row stops once the middle is decided and its answer columns become EOS).
+ends in EOS, the masked columns after that EOS are EOS from the start, never drafted or verified, and a
+row stops once the middle is decided).
 
 Positions are data, never array indices: each row keeps its ranks (`AssdCarry.rank`: -1 on visible
 tokens, the rank among the masked positions on those, `UNSEEN` on padding) and its masked positions
@@ -143,8 +144,19 @@ class AssdCanvas(Canvas):
         b = prompt.shape[0]
         canvas = jnp.concatenate([prompt, jnp.full((b, config.gen_length), lay.mask_id, prompt.dtype)], 1)
         masked = (canvas == lay.mask_id) & (view.seg != 0)
+        if config.stop_at_eos:  # after a written EOS that follows the first masked column (an infill's suffix)
+            # everything is EOS filler at the stop: decided now, never a rank to draft or verify
+            first = jnp.argmax(masked, axis=1)[:, None]
+            col = jnp.arange(canvas.shape[1])[None]
+            written_eos = (canvas == lay.eos_id) & ~masked & (view.seg != 0) & (col > first)
+            filler = masked & (jnp.cumsum(written_eos, axis=1) > 0)
+            canvas = jnp.where(filler, lay.eos_id, canvas)
+            masked = masked & ~filler
+        carry = order_of(masked, view.seg)
+        if config.stop_at_eos:  # the filler stays out of every forward's view, as the later ranks it replaces
+            carry = carry.replace(rank=jnp.where(filler, UNSEEN, carry.rank))
         return DecodeState.start(canvas, masked, done=~valid | ~masked.any(1), key=key,
-                                 cache=order_of(masked, view.seg), policy_state=jnp.zeros(()),
+                                 cache=carry, policy_state=jnp.zeros(()),
                                  max_trajectory=config.max_trajectory)
 
     def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:

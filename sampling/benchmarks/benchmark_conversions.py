@@ -13,6 +13,7 @@ Rows (all from the shipped causal model `tasks-qwen2-small` or a conversion of i
   sbd-low         its Set Block Decoding fine-tune (`tasks-qwen2-small-sbd`), `sbd` (gamma 0.1, blocks of 16)
   sbd-high        the same model, `sbd-high` (gamma 0.35)
   wedlm           its WeDLM conversion (`tasks-qwen2-small-wedlm`), the `wedlm` preset (window 16, tau 0.4, lambda 0.02)
+  wedlm-0.2       the same model, tau 0.2 (the paper's GSM8K Pareto point's threshold; lambda 0.02)
   wedlm-one       the same model, one mask per step (tau 0: the paper's quality setting's rule, window 16)
   wedlm-ar        the same model decoded one token per forward by its next-token head (Jacobi, window 1)
 
@@ -62,6 +63,7 @@ ROWS = {
     "sbd-low": ("checkpoints/tasks-qwen2-small-sbd", "sbd", {}),
     "sbd-high": ("checkpoints/tasks-qwen2-small-sbd", "sbd-high", {}),
     "wedlm": ("checkpoints/tasks-qwen2-small-wedlm", "wedlm", {}),
+    "wedlm-0.2": ("checkpoints/tasks-qwen2-small-wedlm", "wedlm", dict(entropy_threshold=0.2)),
     "wedlm-one": ("checkpoints/tasks-qwen2-small-wedlm", "wedlm", dict(entropy_threshold=0.0)),
     "wedlm-ar": ("checkpoints/tasks-qwen2-small-wedlm", "jacobi", dict(window=1)),
 }
