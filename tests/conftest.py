@@ -26,26 +26,23 @@ if "--xla_backend_optimization_level" not in _flags:
 # its elemental emitters compile the same HLO fusions in under half the time, and the programs hold
 # fewer memory mappings (below). Measured serially, back to back: tests/test_contracts.py with
 # tests/train/test_train.py 83 s -> 44 s; seven parity files 123 -> 79 CPU seconds. Tests keep the
-# HLO and its semantics; the emitted loops differ. Only where this jaxlib knows the flag (an unknown
-# XLA flag aborts the process), and unless the flags name it themselves.
-def _jaxlib_knows(flag: str) -> bool:
-    import importlib.util
-    import mmap
+# HLO and its semantics; the emitted loops differ. Only where this jaxlib accepts the flag (an unknown
+# XLA flag aborts the process, and jaxlib 0.12 still holds the name but refuses it: a child process
+# tries it), and unless the flags name it themselves (xdist workers inherit the result in XLA_FLAGS).
+def _jaxlib_accepts(flag: str) -> bool:
+    import subprocess
+    import sys
 
-    spec = importlib.util.find_spec("jaxlib")
-    folder = Path(spec.origin).parent if spec and spec.origin else None
-    for lib in folder.glob("*.so") if folder else ():
-        try:
-            with open(lib, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                if m.find(flag.encode()) >= 0:
-                    return True
-        except (OSError, ValueError):
-            continue
-    return False
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    probe = "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 _FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters"
-if _FUSION_EMITTERS not in _flags and _jaxlib_knows(_FUSION_EMITTERS.lstrip("-")):
+if _FUSION_EMITTERS not in _flags and _jaxlib_accepts(f"{_FUSION_EMITTERS}=false"):
     _flags = f"{_flags} {_FUSION_EMITTERS}=false"
 os.environ["XLA_FLAGS"] = _flags
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
