@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.decoding.canvas import Canvas, Footprint
+from jaxdllm.decoding.layout import slice_window
 from jaxdllm.decoding.policies.wedlm import Wedlm
 from jaxdllm.decoding.state import DecodeState, commit_window, stop_at_eos
 from jaxdllm.errors import ConfigError
@@ -115,15 +116,15 @@ class WedlmCanvas(Canvas):
         cur = state.cache.committed                                          # [B]
         slots = jnp.arange(span)[None]
         inside = cur[:, None] + slots < total                                 # [B, 2W]
-        masked = _window(state.undecided, cur, span) & inside
+        masked = slice_window(state.undecided, cur, span) & inside
         decided = ~masked & inside
         # n: the window's leading decided slots (the first mask's slot; W at most)
         lead = jnp.minimum(jnp.where((~decided).any(1), jnp.argmax(~decided, axis=1), span), w)
         fed = inside & (slots < w + lead[:, None])
         group = jnp.where(fed & decided, 0, jnp.where(fed, 1, 2))            # decided, masks, padding
         order = jnp.argsort(group * span + slots, axis=1)                    # the topological reorder
-        ids = jnp.take_along_axis(_window(state.canvas, cur, span), order, 1).astype(jnp.int32)
-        positions = jnp.take_along_axis(_window(view.positions, cur, span), order, 1)
+        ids = jnp.take_along_axis(slice_window(state.canvas, cur, span), order, 1).astype(jnp.int32)
+        positions = jnp.take_along_axis(slice_window(view.positions, cur, span), order, 1)
 
         def row(ids, positions, start, kv):  # one row at its own cache offset
             one = jax.tree.map(lambda x, axis: jnp.expand_dims(x, axis), kv, kv.batch_axes())
@@ -148,8 +149,3 @@ class WedlmCanvas(Canvas):
             state = stop_at_eos(state, lay.eos_id, view.answer)
         return state.replace(done=state.done | ~state.undecided.any(1))
 
-
-def _window(x: jax.Array, start: jax.Array, width: int) -> jax.Array:
-    """`x[:, start:start + width]` row by row (`start [B]`); past the end: the last column (masked by callers)."""
-    idx = jnp.minimum(start[:, None] + jnp.arange(width), x.shape[1] - 1)
-    return jnp.take_along_axis(x, idx, axis=1)

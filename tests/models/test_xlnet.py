@@ -15,6 +15,7 @@ import jaxdllm
 from jaxdllm import CheckpointError, ConfigError, ModelConfig
 from jaxdllm.checkpoint import config_from_hf
 from jaxdllm.models.families.xlnet import XLNetConfig, XLNetLM
+from support.hf_models import make_hf_xlnet
 from support.optional import torch, transformers
 
 VOCAB, B, L = 64, 3, 12
@@ -24,14 +25,8 @@ VOCAB, B, L = 64, 3, 12
 def pair(tmp_path_factory):
     """(transformers model, jaxdllm model, checkpoint folder): 2 layers of width 32, 4 heads, weights drawn
     with a larger spread than the initialiser's so every term (relative, segment, biases) matters."""
-    torch.manual_seed(0)
-    config = transformers.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0)
-    model = transformers.XLNetLMHeadModel(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.3)
     path = tmp_path_factory.mktemp("xlnet")
-    model.save_pretrained(path, safe_serialization=True)
+    model = make_hf_xlnet(path, VOCAB)
     return model, jaxdllm.from_pretrained(path), path
 
 

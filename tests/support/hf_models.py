@@ -45,3 +45,17 @@ def hf_logits(model, ids, attention_mask=None, position_ids=None):
         out = model(input_ids=torch.as_tensor(np.asarray(ids)), attention_mask=attention_mask,
                     position_ids=position_ids)
     return out.logits.float().numpy()
+
+
+def make_hf_xlnet(path, vocab_size: int, *, seed: int = 0):
+    """A random `XLNetLMHeadModel` (2 layers of width 32, 4 heads, no dropout) saved under `path` with
+    safetensors; weights drawn with a larger spread than the initialiser's (std 0.3) so every term
+    (relative, segment, biases) matters. Returns the model in eval mode."""
+    torch.manual_seed(seed)
+    config = transformers.XLNetConfig(vocab_size=vocab_size, d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0)
+    model = transformers.XLNetLMHeadModel(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    model.save_pretrained(path, safe_serialization=True)
+    return model

@@ -14,22 +14,16 @@ from jaxdllm import ConfigError
 from jaxdllm.data import BatchConfig, build_char_tokenizer, make_batch_iterator, make_mixture
 from jaxdllm.train.objectives import Views, make_objective
 from jaxdllm.train.objectives.assd import masking_range
-from support.optional import torch, transformers
+from support.hf_models import make_hf_xlnet
+from support.optional import torch
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(transformers model, jaxdllm model, a batch of 6 task rows of 32 tokens)."""
     tokenizer = build_char_tokenizer()
-    torch.manual_seed(0)
-    config = transformers.XLNetConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layer=2, n_head=4, d_inner=64,
-                                      dropout=0.0)
-    theirs = transformers.XLNetLMHeadModel(config).eval()
-    with torch.no_grad():
-        for p in theirs.parameters():
-            p.copy_(torch.randn_like(p) * 0.3)
     path = tmp_path_factory.mktemp("xlnet")
-    theirs.save_pretrained(path, safe_serialization=True)
+    theirs = make_hf_xlnet(path, tokenizer.vocab_size)
     batch = next(make_batch_iterator(make_mixture(("copy", "reverse", "sort", "add"), 20, 0), tokenizer,
                                      BatchConfig(seq_len=32, batch_size=6, seed=0)))
     return theirs, jaxdllm.from_pretrained(path), {k: np.asarray(v) for k, v in batch.items()}
