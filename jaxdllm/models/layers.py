@@ -15,6 +15,8 @@ import numpy as np
 from flax import nnx
 
 from jaxdllm.attention import MaskSpec, attend
+from jaxdllm.attention.shared_view import SharedView, view_attention
+from jaxdllm.errors import ConfigError
 from jaxdllm.models import quantize
 from jaxdllm.models.config import ModelConfig, RopeScaling
 from jaxdllm.models.run_options import RunOptions
@@ -160,6 +162,8 @@ class Attention(nnx.Module):
         q, k = self.q(x), self.k(x)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if isinstance(mask, SharedView):
+            return self._over_shared_blocks(q, k, self.v(x), positions, mask, inv_freq, kv_cache)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
         v = self.v(x)
@@ -171,6 +175,26 @@ class Attention(nnx.Module):
             kv_cache = (k, v)
         out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.attention_impl)
         return self.o(out), kv_cache
+
+    def _over_shared_blocks(self, q, k, v, positions, view: SharedView, inv_freq, kv_cache):
+        """Attention over shared cache blocks (`jaxdllm.attention.shared_view`): this forward's keys are
+        rotated at their block-local slots and written into `view.write_block`; each query is rotated once
+        per view entry, to its position relative to the entry's slot 0 (keys never move)."""
+        if kv_cache is None:
+            raise ConfigError("a SharedView forward reads and writes shared cache blocks: pass the blocks' KVCache")
+        cache_k, cache_v = kv_cache
+        blocks, slots = view.write_targets(cache_k.shape[1])
+        k = apply_rope(k, view.write_slot[:, None] + jnp.arange(k.shape[1], dtype=jnp.int32)[None], inv_freq)
+        cache_k = cache_k.at[blocks, slots].set(k.astype(cache_k.dtype), mode="drop")
+        cache_v = cache_v.at[blocks, slots].set(v.astype(cache_v.dtype), mode="drop")
+        r, length, h, d = q.shape
+        entries = view.view_blocks.shape[1]
+        rel = positions[:, None, :] - view.view_offsets[:, :, None]               # [R, V, L]
+        q_rep = jnp.broadcast_to(q[:, None], (r, entries, length, h, d)).reshape(r * entries, length, h, d)
+        q_rot = apply_rope(q_rep, rel.reshape(r * entries, length), inv_freq).reshape(r, entries, length, h, d)
+        out = view_attention(q_rot, rel, cache_k.astype(q.dtype), cache_v.astype(q.dtype), view,
+                             impl=self.attention_impl)
+        return self.o(out), (cache_k, cache_v)
 
 
 def gelu_tanh(x: jax.Array) -> jax.Array:

@@ -26,6 +26,7 @@ from flax import nnx
 
 from jaxdllm import sharding as shd
 from jaxdllm.attention import MaskSpec
+from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.errors import ConfigError
 from jaxdllm.models import quantize
 from jaxdllm.models.cache import KVCache
@@ -239,9 +240,13 @@ class Transformer(nnx.Module):
         c = self.config
         b, l = input_ids.shape
         mask = self.default_mask() if attention is None else attention
-        if positions is None:
+        if isinstance(mask, SharedView):  # rows reading views of shared blocks (`jaxdllm.attention.shared_view`)
+            if cache is None or positions is None:
+                raise ConfigError("a SharedView forward needs the shared blocks' cache and the tokens' positions")
+            mask = mask.written(cache.segment_ids)
+        elif positions is None:
             positions = jnp.broadcast_to(jnp.asarray(mask.q_offset, jnp.int32) + jnp.arange(l), (b, l))
-        if cache is not None:
+        if cache is not None and not isinstance(mask, SharedView):
             q_seg = (jnp.ones((b, l), jnp.int32) if mask.q_segment_ids is None
                      else jnp.asarray(mask.q_segment_ids, jnp.int32))
             kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, q_seg, (0, mask.q_offset))
