@@ -42,9 +42,10 @@ _BACKENDS: dict[str, Backend] = {}
 # check this table): cuDNN is faster on dense and causal masks; the tile kernel is faster where it
 # skips most tiles (block diffusion, Jacobi Forcing). Block-causal and tree (drafts over a cache:
 # most key tiles past the prefix are empty) were not measured; they are structured like them, and
-# cuDNN cannot express them.
+# cuDNN cannot express them. Multiverse Attention's per-token structure only the dense paths read (`xla`).
 GPU_AUTO: dict[str, str] = {"bidirectional": "cudnn", "causal": "cudnn", "block_causal": "pallas",
-                            "block_diffusion": "pallas", "jacobi_forcing": "pallas", "tree": "pallas"}
+                            "block_diffusion": "pallas", "jacobi_forcing": "pallas", "tree": "pallas",
+                            "multiverse": "xla"}
 
 
 def cudnn_can_run(mask: MaskSpec, q: jax.Array, k: jax.Array) -> bool:

@@ -52,6 +52,18 @@ Kinds (block diffusion is BD3-LM's training layout, Arriola et al. 2025; Jacobi 
     the clean keys before the canvas's start `P + b * block_size` and the noisy tokens of its own
     canvas; a noisy prompt token (i < P, never scored) sees only itself.
 
+  * `multiverse`: Multiverse Attention (Yang et al. 2025, arXiv 2506.09991, the published training mask):
+    causal, except that a query and a key inside two different `<Path>...</Path>` spans (markers
+    included) of the same `<Parallel>` block never see each other, at any nesting depth. The structure
+    is per token, over the keys' physical indices: `parallel_ids [B, Lk, D]` and `path_ids [B, Lk, D]`
+    (D = the largest nesting depth): at depth d, `parallel_ids` is the id (>= 1, unique in the row) of
+    the enclosing `<Parallel>` block of depth d (0: none) and `path_ids` the number (>= 1) of the path
+    of that block the token lies in (0: not in a path: the Goal, the Conclusion, text between spans).
+    A query at physical index i reads row i of both arrays (so they cover the queries too). Key j is
+    hidden from query i iff, at some depth d, both lie in paths of the same block and the paths
+    differ. `jaxdllm.attention.multiverse.multiverse_layout` builds the arrays (and the position ids)
+    from token ids. Only the dense backends (`reference`, `xla`) take this kind.
+
 A sliding window (`window=W`, with `causal`, `bidirectional` or `denoise_canvas`; Gemma 4's sliding layers) also
 hides keys W or more positions back: a causal query i sees keys j with i - W < j <= i; a
 bidirectional call (a DiffusionGemma canvas over its cache) sees its own keys and the W - 1 keys
@@ -77,9 +89,11 @@ from flax import struct
 from jaxdllm.errors import ConfigError
 
 MaskKind = Literal["bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing",
-                   "lookahead", "denoise_canvas", "tree", "wedlm"]
+                   "lookahead", "denoise_canvas", "tree", "wedlm", "multiverse"]
 MASK_KINDS = ("bidirectional", "causal", "block_causal", "block_diffusion", "set_block", "jacobi_forcing", "lookahead",
-              "denoise_canvas", "tree", "wedlm")
+              "denoise_canvas", "tree", "wedlm", "multiverse")
+DENSE_ONLY_KINDS = ("multiverse",)  # per-token structure: the tile kernels (pallas, splash) refuse these
+DENSE_BACKENDS = ("reference", "xla")
 _NEEDS_BLOCK = ("block_causal", "block_diffusion", "set_block", "jacobi_forcing", "denoise_canvas", "wedlm")
 _HALVES = ("block_diffusion", "set_block", "denoise_canvas", "wedlm")  # the rule needs the key length (two halves)
 _PER_ROW_PREFIX = ("jacobi_forcing", "lookahead", "denoise_canvas", "tree", "set_block")
@@ -104,6 +118,8 @@ class MaskSpec:
       window: sliding window W (static; `causal` and `bidirectional` only): see the module notes.
       tree: parents of the `tree` kind's nodes (static tuple; -1 = no parent); `block_size` (default
         1) is the tokens per node.
+      parallel_ids, path_ids: `[B, Lk, D]` int32, the `multiverse` kind's per-token structure (module
+        notes); None for every other kind.
     """
 
     kind: str = struct.field(pytree_node=False, default="bidirectional")
@@ -115,6 +131,8 @@ class MaskSpec:
     window_shape: tuple[int, int, int] | None = struct.field(pytree_node=False, default=None)
     window: int | None = struct.field(pytree_node=False, default=None)
     tree: tuple[int, ...] | None = struct.field(pytree_node=False, default=None)
+    parallel_ids: jax.Array | None = None
+    path_ids: jax.Array | None = None
 
     def __post_init__(self):
         if self.kind not in MASK_KINDS:
@@ -129,6 +147,9 @@ class MaskSpec:
             check_tree(self.tree)
             if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1):
                 raise ConfigError(f"mask kind 'tree' takes block_size = tokens per node >= 1, got {self.block_size!r}")
+        if (self.kind == "multiverse") != (self.parallel_ids is not None and self.path_ids is not None):
+            raise ConfigError("mask kind 'multiverse' needs both parallel_ids and path_ids [B, Lk, D] (build them with "
+                              "jaxdllm.attention.multiverse.multiverse_layout), and no other kind takes them")
         if self.kind == "lookahead":
             shape = self.window_shape
             if (not isinstance(shape, tuple) or len(shape) != 3 or any(not isinstance(x, int) or x < 0 for x in shape)
@@ -151,6 +172,9 @@ class MaskSpec:
         kernel checks the same)."""
         if q.shape[2] % k.shape[2]:
             raise ConfigError(f"query heads {q.shape[2]} must be a multiple of kv heads {k.shape[2]}")
+        if self.kind in DENSE_ONLY_KINDS:
+            raise ConfigError(f"mask kind {self.kind!r} has a per-token structure the tile kernels cannot read; "
+                              f"run it on attention_impl {DENSE_BACKENDS} (impl='auto' picks one)")
         if self.kind in _HALVES and k.shape[1] % 2:
             raise ConfigError(f"{self.kind} needs an even [noisy; clean] length, got {k.shape[1]}")
         if (self.q_segment_ids is None) != (self.kv_segment_ids is None):
@@ -177,6 +201,8 @@ class MaskSpec:
             return k_idx // bs <= q_idx // bs
         if self.kind in _HALVES:
             raise ConfigError(f"{self.kind} visibility needs the half length; use visible_at() or dense()")
+        if self.kind in DENSE_ONLY_KINDS:
+            raise ConfigError(f"{self.kind} visibility needs the per-token structure; use dense()")
         if self.kind == "lookahead":
             return self._lookahead_visible(q_idx, k_idx)
         if self.kind == "tree":
@@ -249,6 +275,16 @@ class MaskSpec:
         own = ~clean & (k_idx >= p) & ((k_idx - p) // bs == canvas)
         return jnp.where(q_idx < p, k_idx == q_idx, context | own)
 
+    def _multiverse_hidden(self, q_idx: jax.Array, kv_len: int) -> jax.Array:
+        """`[B, Lq, Lk]` bool: the pairs in different paths of one block (`multiverse`, module notes)."""
+        par, path = jnp.asarray(self.parallel_ids, jnp.int32), jnp.asarray(self.path_ids, jnp.int32)
+        if par.ndim != 3 or par.shape != path.shape or par.shape[1] != kv_len:
+            raise ConfigError(f"multiverse parallel_ids {par.shape} and path_ids {path.shape} must both be [B, Lk={kv_len}, D]")
+        q_par, q_path = jnp.take(par, q_idx, axis=1), jnp.take(path, q_idx, axis=1)  # [B, Lq, D]
+        same_block = (q_par[:, :, None] == par[:, None]) & (q_par[:, :, None] > 0)  # [B, Lq, Lk, D]
+        other_path = (q_path[:, :, None] != path[:, None]) & (q_path[:, :, None] > 0) & (path[:, None] > 0)
+        return (same_block & other_path).any(-1)
+
     def visible_at(self, q_idx: jax.Array, k_idx: jax.Array, kv_len: int) -> jax.Array:
         """`visible` for every kind, block_diffusion, set_block, wedlm and denoise_canvas included (their
         halves need `kv_len`).
@@ -274,6 +310,8 @@ class MaskSpec:
             mask = per_row.visible_at(q_idx[None], k_idx[None], kv_len)
         elif self.kind in _HALVES:
             mask = self.visible_at(q_idx, k_idx, kv_len)[None]
+        elif self.kind == "multiverse":
+            mask = (k_idx <= q_idx)[None] & ~self._multiverse_hidden(q_idx[:, 0], kv_len)
         else:
             mask = self.visible(q_idx, k_idx)[None]
         if self.q_segment_ids is not None or self.kv_segment_ids is not None:

@@ -3,6 +3,9 @@ character tokenizer of the tiny models, and deterministic, resumable batching.
 
 Modules (one job each):
 - `records`: `Example` (prompt, response, task, answer) and `DataError`.
+- `multiverse_tags`: Multiverse's 12 tags and the character tokenizer with them (ids 101..112).
+- `parts_task`: `parts` / `parts_mv`, independent sub-computations in a sequential and a Multiverse
+  format, and the AR-to-Multiverse curriculum.
 - `tasks`, `word_problems`, `list_chains`: the task suite (`Task`, registry) with a checker per task.
 - `splits`: `make_split` / `make_mixture`, train and test disjoint by instance hash.
 - `jsonl`: `read_jsonl` / `write_jsonl` with line-numbered errors and a skip mode.
@@ -25,9 +28,10 @@ from jaxdllm.data.tasks import (AdditionTask, CopyTask, PermutationTask, PickTas
                                 TwinTask, get_task, register_task, task_names)
 from jaxdllm.data.word_problems import WordProblemTask
 from jaxdllm.data.list_chains import ListChainTask
+from jaxdllm.data.parts_task import PartsMultiverseTask, PartsTask
 
 __all__ = ["AdditionTask", "BATCH_KEYS", "BatchConfig", "BatchIterator", "CopyTask", "DataError",
-           "DatasetNotFoundError", "Example", "JsonlConfig", "JsonlDataset", "ListChainTask", "PermutationTask", "PickTask",
+           "DatasetNotFoundError", "Example", "JsonlConfig", "JsonlDataset", "ListChainTask", "PartsMultiverseTask", "PartsTask", "PermutationTask", "PickTask",
            "ReverseTask", "SortTask", "SpecialIds", "Task", "TwinTask", "TokenizedExample", "WordProblemTask",
            "build_char_tokenizer", "decode_response", "default_gsm8k_dir", "extract_final_answer",
            "get_task", "instance_split", "load_gsm8k", "make_batch_iterator", "make_mixture", "make_split",

@@ -120,9 +120,41 @@ class Trajectories(DataSource):
                              SpecialIds.from_tokenizer(tokenizer, batch_config), state)
 
 
+class MultiverseCurriculum(DataSource):
+    """Multiverse's AR-to-Multiverse curriculum over the `parts` task (`jaxdllm.data.parts_task.curriculum`):
+    `[data] tasks = ["parts"]`, `examples_per_task` instances, 8 rows per instance, read in order (the
+    published trainer's sequential sampler: no shuffle, the stages follow each other)."""
+
+    name = "multiverse_curriculum"
+    multiverse: ClassVar[bool] = True
+
+    def check(self, data):
+        from jaxdllm.data.parts_task import PartsTask
+
+        if len(data.tasks) != 1 or not isinstance(get_task(data.tasks[0]), PartsTask):
+            raise ConfigError(f"[data] source = {self.name!r} takes tasks = [\"parts\"] (one PartsTask), "
+                              f"got {list(data.tasks)}")
+
+    def examples(self, data, inputs):
+        from jaxdllm.data.parts_task import curriculum
+
+        return curriculum(get_task(data.tasks[0]), data.examples_per_task, data.seed, multiverse=self.multiverse)
+
+    def batches(self, config, tokenizer, objective, batch_config, state=None):
+        return super().batches(config, tokenizer, objective, dataclasses.replace(batch_config, shuffle=False), state)
+
+
+class SequentialCurriculum(MultiverseCurriculum):
+    """The AR baseline of `multiverse_curriculum`: the same prompts, order and rows, every response in
+    the sequential (tag-free) format."""
+
+    name = "sequential_curriculum"
+    multiverse = False
+
+
 DATA_SOURCES: Registry[DataSource] = Registry("[data] source")
 register_data_source = DATA_SOURCES.register  # makes `cls` selectable as [data] source = cls.name
 data_source = DATA_SOURCES.lookup
 
-for _cls in (TaskMixture, Jsonl, Gsm8k, TeacherAnswers, Trajectories):
+for _cls in (TaskMixture, Jsonl, Gsm8k, TeacherAnswers, Trajectories, MultiverseCurriculum, SequentialCurriculum):
     register_data_source(_cls)

@@ -17,6 +17,7 @@ from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
 from jaxdllm.train.objectives.jacobi_forcing import Cllm, JacobiForcing
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 from jaxdllm.train.objectives.medusa import MedusaObjective
+from jaxdllm.train.objectives.multiverse import MultiverseSft
 from jaxdllm.train.objectives.sdar import SdarConversion
 from jaxdllm.train.objectives.set_block import SetBlockDecoding
 from jaxdllm.train.objectives.uniform_block_diffusion import UniformBlockDiffusion
@@ -27,7 +28,7 @@ register_objective = OBJECTIVES.register  # makes `cls` selectable as [objective
 objective_class = OBJECTIVES.lookup
 
 for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, JacobiForcing, Cllm, UniformBlockDiffusion,
-             MedusaObjective, SdarConversion, SetBlockDecoding, WeDLMConversion):
+             MedusaObjective, SdarConversion, SetBlockDecoding, WeDLMConversion, MultiverseSft):
     register_objective(_cls)
 register_objective(AssdJoint)
 
