@@ -10,13 +10,15 @@ from jaxdllm.decoding.canvas import Canvas, CanvasRegistry
 from jaxdllm.decoding.draft_canvas import DraftCanvas
 from jaxdllm.decoding.freedave_canvas import FreedaveCanvas
 from jaxdllm.decoding.masked_canvas import MaskedCanvas
+from jaxdllm.decoding.multiverse_canvas import MultiverseCanvas
 from jaxdllm.decoding.uniform_canvas import UniformCanvas
 from jaxdllm.decoding.wedlm_canvas import WedlmCanvas
 
 CANVASES: CanvasRegistry = CanvasRegistry("canvas")
 register_canvas = CANVASES.register  # checks the class against `Canvas`, then makes it a policy's `canvas`
 
-for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas, AssdCanvas):
+for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas, AssdCanvas,
+             MultiverseCanvas):
     register_canvas(_cls)
 
 

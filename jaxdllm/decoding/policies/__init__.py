@@ -22,6 +22,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `apd` | APD | a diffusion model's left-to-right drafts, committed while they match a mixture with a small causal model (a second model in the loop; `apd_canvas.py`) |
 | `assd` | ASSD | an any-order model (XLNet) drafts its next k ranks in one forward and verifies them in a second, speculative sampling: its sequential distribution under the order (`assd_canvas.py`) |
 | `wedlm` | WeDLM | a streaming window of masks after a causal model's prefix cache, decided tokens reordered first; entropy + distance penalty below tau (`wedlm_canvas.py`) |
+| `multiverse` | Multiverse | a causal model that writes `<Parallel>` blocks forks into one row per outline at `</Goal>` over shared cache blocks and merges the paths without copying (`multiverse_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
 
 `jacobi`, `lookahead`, `medusa`, `bpd` and `token_recycling` are draft-and-verify policies
@@ -48,6 +49,7 @@ from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
 from jaxdllm.decoding.policies.lookahead import Lookahead
 from jaxdllm.decoding.policies.medusa import Bpd, Medusa
+from jaxdllm.decoding.policies.multiverse import Multiverse
 from jaxdllm.decoding.policies.local_leap import LocalLeap
 from jaxdllm.decoding.policies.prophet import Prophet
 from jaxdllm.decoding.policies.spec_diffusion import SpecDiffusion
@@ -63,13 +65,13 @@ policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
              Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave,
-             SpecDiffusion, Apd, Wedlm, Assd):
+             SpecDiffusion, Apd, Wedlm, Assd, Multiverse):
     register_policy(_cls)
 
 
 __all__ = ["Apd", "Assd", "Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
            "EntropyBound", "Factor", "FreeDave", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
-           "Lookahead", "Medusa", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
+           "Lookahead", "Medusa", "Multiverse", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "Wedlm", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
            "token_confidence", "token_entropy"]
