@@ -29,26 +29,69 @@ TAG = {name: 101 + i for i, name in enumerate(TAGS)}
 DIGITS = tuple(range(22, 32))
 COLON = 32
 PROMPT = [1, 40, 41, 42, 43]          # positions 0..4
-# the request's own row: position -> token (the prefill samples position 5)
-ROOT = {5: TAG["<Parallel>"], 6: TAG["<Goal>"], 7: TAG["<Outline>"], 8: 60, 9: TAG["</Outline>"],
-        10: TAG["<Outline>"], 11: 61, 12: TAG["</Outline>"], 13: TAG["<Outline>"], 14: 62,
-        15: TAG["</Outline>"], 16: TAG["</Goal>"],
-        # the conclusion: "<Conclusion>" is fed at 25 (after path 3's </Path> at 24); the model goes on at 26
-        26: 70, 27: TAG["</Conclusion>"], 28: TAG["</Parallel>"], 29: EOS}
-# path k is fed "<Path>k:" at 17..19 and goes on from 20
-PATHS = {1: [80, 81, TAG["</Path>"]], 2: [82, TAG["</Path>"]], 3: [83, 84, 85, 86, TAG["</Path>"]]}
+T = TAG
+
+
+def _path(k):
+    return [T["<Path>"], DIGITS[k], COLON]
+
+
+# A script: what each row chooses by (path, position) (path 0: the request's own row; the prefill samples
+# position 5), the merged text as training lays it out (segments of tokens from a start position, in text
+# order), and the sequential forwards the rules give.
+FLAT = dict(
+    choices={0: {5: T["<Parallel>"], 6: T["<Goal>"], 7: T["<Outline>"], 8: 60, 9: T["</Outline>"],
+                 10: T["<Outline>"], 11: 61, 12: T["</Outline>"], 13: T["<Outline>"], 14: 62,
+                 15: T["</Outline>"], 16: T["</Goal>"],
+                 # "<Conclusion>" is fed at 25, after path 3's </Path> at 24
+                 26: 70, 27: T["</Conclusion>"], 28: T["</Parallel>"], 29: EOS},
+             # path k is fed "<Path>k:" at 17..19 and goes on from 20
+             1: {20: 80, 21: 81, 22: T["</Path>"]}, 2: {20: 82, 21: T["</Path>"]},
+             3: {20: 83, 21: 84, 22: 85, 23: 86, 24: T["</Path>"]}},
+    merged=[([T["<Parallel>"], T["<Goal>"], T["<Outline>"], 60, T["</Outline>"], T["<Outline>"], 61,
+              T["</Outline>"], T["<Outline>"], 62, T["</Outline>"], T["</Goal>"]], 5),
+            (_path(1) + [80, 81, T["</Path>"]], 17), (_path(2) + [82, T["</Path>"]], 17),
+            (_path(3) + [83, 84, 85, 86, T["</Path>"]], 17),
+            ([T["<Conclusion>"], 70, T["</Conclusion>"], T["</Parallel>"]], 25)],
+    # 11 feeding the goal, 1 feeding </Goal> with the three path prefixes, 4 more along path 3 (the longest),
+    # 1 feeding its </Path> with the conclusion's prefix, 3 to EOS
+    nfe=20)
+NESTED = dict(
+    choices={0: {5: T["<Parallel>"], 6: T["<Goal>"], 7: T["<Outline>"], 8: 60, 9: T["</Outline>"],
+                 10: T["<Outline>"], 11: 61, 12: T["</Outline>"], 13: T["</Goal>"],
+                 39: 70, 40: T["</Conclusion>"], 41: T["</Parallel>"], 42: EOS},
+             # outer path 1 (fed "<Path>1:" at 14..16) forks again at 25; its nested paths start at 26 and
+             # its own conclusion at 32; nested path 2 ends last (31); outer path 1 ends at 37
+             1: {17: T["<Parallel>"], 18: T["<Goal>"], 19: T["<Outline>"], 20: 63, 21: T["</Outline>"],
+                 22: T["<Outline>"], 23: 64, 24: T["</Outline>"], 25: T["</Goal>"],
+                 29: 90, 30: T["</Path>"],
+                 33: 93, 34: T["</Conclusion>"], 35: T["</Parallel>"], 36: 94, 37: T["</Path>"]},
+             2: {17: 82, 18: T["</Path>"], 29: 91, 30: 92, 31: T["</Path>"]}},
+    merged=[([T["<Parallel>"], T["<Goal>"], T["<Outline>"], 60, T["</Outline>"], T["<Outline>"], 61,
+              T["</Outline>"], T["</Goal>"]], 5),
+            (_path(1) + [T["<Parallel>"], T["<Goal>"], T["<Outline>"], 63, T["</Outline>"], T["<Outline>"], 64,
+                         T["</Outline>"], T["</Goal>"]], 14),
+            (_path(1) + [90, T["</Path>"]], 26), (_path(2) + [91, 92, T["</Path>"]], 26),
+            ([T["<Conclusion>"], 93, T["</Conclusion>"], T["</Parallel>"], 94, T["</Path>"]], 32),
+            (_path(2) + [82, T["</Path>"]], 14),
+            ([T["<Conclusion>"], 70, T["</Conclusion>"], T["</Parallel>"]], 38)],
+    # 8 + 1 (fork) + 8 along outer path 1 + 1 (nested fork) + 2 along nested path 2 + 1 (nested merge) + 4 + 1
+    # (merge) + 3
+    nfe=29)
+SCRIPTS = {"flat": FLAT, "nested": NESTED}
 
 
 @dataclasses.dataclass(frozen=True)
 class Scripted(Multiverse):
     """Chooses the scripted token for (path, position); anything else is a test failure (token 0)."""
 
+    script: str = "flat"
+
     def choose(self, logits, key, temperature, *, path, position):
         table = np.zeros((4, 64), np.int32)
-        for p, t in ROOT.items():
-            table[0, p] = t
-        for k, tokens in PATHS.items():
-            table[k, 20:20 + len(tokens)] = tokens
+        for p, chosen in SCRIPTS[self.script]["choices"].items():
+            for at, token in chosen.items():
+                table[p, at] = token
         return jnp.asarray(table)[jnp.clip(path, 0, 3), jnp.clip(position, 0, 63)]
 
 
@@ -57,16 +100,12 @@ def _policy(**settings):
                     conclusion_prefix=(TAG["<Conclusion>"],), **settings)
 
 
-def _merged_text():
+def _merged_text(script):
     """The merged answer in text order and each token's position, as training lays it out."""
-    tokens = [ROOT[p] for p in range(5, 17)]
-    positions = list(range(5, 17))
-    for k, path in PATHS.items():
-        body = [TAG["<Path>"], DIGITS[k], COLON] + path
-        tokens += body
-        positions += list(range(17, 17 + len(body)))
-    tokens += [TAG["<Conclusion>"], 70, TAG["</Conclusion>"], TAG["</Parallel>"]]
-    positions += [25, 26, 27, 28]
+    tokens, positions = [], []
+    for segment, start in SCRIPTS[script]["merged"]:
+        tokens += segment
+        positions += list(range(start, start + len(segment)))
     return tokens, positions
 
 
@@ -74,17 +113,16 @@ def _published_mask(tokens: list[int]) -> np.ndarray:
     """Causal, then every pair of different <Path> spans of one <Parallel> masked both ways (a stack walk)."""
     n = len(tokens)
     allowed = np.tril(np.ones((n, n), bool))
-    stack = []  # per open <Parallel>: its path spans
-    start = None
+    parallels, starts = [], []  # per open <Parallel>: its path spans; the open <Path>s' starts
     for i, t in enumerate(tokens):
         if t == TAG["<Parallel>"]:
-            stack.append([])
+            parallels.append([])
         elif t == TAG["<Path>"]:
-            start = i
+            starts.append(i)
         elif t == TAG["</Path>"]:
-            stack[-1].append((start, i))
+            parallels[-1].append((starts.pop(), i))
         elif t == TAG["</Parallel>"]:
-            spans = stack.pop()
+            spans = parallels.pop()
             for a, (s1, e1) in enumerate(spans):
                 for s2, e2 in spans[a + 1:]:
                     allowed[s1:e1 + 1, s2:e2 + 1] = False
@@ -101,44 +139,41 @@ def checkpoint(tmp_path_factory):
 
 
 def _run(model, prompts, **settings):
-    config = SamplerConfig(gen_length=48, policy=_policy(**settings))
-    return jaxdllm.decoding.sampler.Sampler(model), config, jaxdllm.generate(model, np.asarray(prompts), config)
+    config = SamplerConfig(gen_length=64, policy=_policy(**settings))
+    return jaxdllm.generate(model, np.asarray(prompts), config)
 
 
-def test_fork_and_merge_write_the_merged_text_in_the_published_layout(checkpoint):
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_fork_and_merge_write_the_merged_text_in_the_published_layout(checkpoint, script):
     model, _ = checkpoint
-    _, _, result = _run(model, [PROMPT, PROMPT])
-    tokens, _ = _merged_text()
+    result = _run(model, [PROMPT, PROMPT], script=script)
+    tokens, _ = _merged_text(script)
     for row in result.generated:
         assert list(row[:len(tokens) + 1]) == tokens + [EOS]
         assert (row[len(tokens):] == EOS).all()
-    # sequential forwards: 11 feeding the goal (the prefill gave its first token), 1 feeding </Goal> with the
-    # three path prefixes, 4 more along path 3 (the longest), 1 feeding its </Path> with the conclusion's
-    # prefix, 3 to EOS
-    assert list(result.nfe) == [20, 20]
+    assert list(result.nfe) == [SCRIPTS[script]["nfe"]] * 2
 
 
 def test_a_request_without_rows_for_its_paths_goes_on_sequentially(checkpoint):
     model, _ = checkpoint
     # two paths at most: the three-outline fork is refused, the row writes on in its own block
-    _, _, result = _run(model, [PROMPT], max_paths=2)
+    result = _run(model, [PROMPT], max_paths=2)
     assert result.generated[0][11] == TAG["</Goal>"]  # then the scripted root has nothing for position 17: 0
     assert result.generated[0][12] == 0
 
 
-def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiverse_mask(checkpoint):
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiverse_mask(checkpoint, script):
     model, hf = checkpoint
-    policy = _policy()
-    config = SamplerConfig(gen_length=48, policy=policy)
-    sampler = jaxdllm.decoding.sampler.Sampler(model)
+    config = SamplerConfig(gen_length=64, policy=_policy(script=script))
     from jaxdllm.decoding import loop
     from jaxdllm.decoding.canvases import canvas_of
     from jaxdllm.decoding.layout import CanvasView, Layout
 
     prompt = jnp.asarray([PROMPT], jnp.int32)
     seg = jnp.ones_like(prompt)
-    lay = Layout(prompt_len=5, total=5 + 48, mask_id=None, shift=0, eos_eot=(EOS,), eos_id=EOS, attention="causal")
-    view = CanvasView.of(seg, 48)
+    lay = Layout(prompt_len=5, total=5 + 64, mask_id=None, shift=0, eos_eot=(EOS,), eos_id=EOS, attention="causal")
+    view = CanvasView.of(seg, 64)
     canvas = canvas_of(config)
     state = canvas.init(model, prompt, view, jax.random.key(0), lay, config, jnp.ones((1,), bool))
     step = jax.jit(lambda s: canvas.step(model, s, view, lay, config).replace(step=s.step + 1))
@@ -152,7 +187,7 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
                         write_block=f.view_blocks[0, f.n_view[0] - 1][None], write_slot=f.fill[:1],
                         q_valid=jnp.ones((1, 1), bool))
     ours = model(jnp.asarray([[extra]]), f.pos[:1, None], shared, f.kv).logits[0, 0]
-    tokens, positions = _merged_text()
+    tokens, positions = _merged_text(script)
     text = PROMPT + tokens + [extra]
     pos = list(range(5)) + positions + [positions[-1] + 1]
     assert int(f.pos[0]) == pos[-1]
