@@ -105,6 +105,7 @@ OBJECTIVE_SETUP = {
                   "settings": {"min_block": 2, "max_block": 3}},
     "assd": {"preset": "tiny-xlnet", "batch": "tasks", "settings": {"infill_rate": 0.5}},
     "wedlm": {"preset": "tiny-wedlm", "batch": "tasks", "settings": {"block_size": 8}},
+    "multiverse": {"preset": "tiny-qwen2", "batch": "tasks"},  # tag-free rows: the causal reduction
 }
 
 
@@ -196,6 +197,9 @@ DATA_SETUP = {
         {"prompt": f"copy {i}=", "answer": str(i), "correct": True} for i in range(8)])}},
     "trajectories": lambda tmp: {"model": {"preset": "tiny-qwen2"}, "data": {"path": _trajectories_file(tmp)},
                                  "objective": {"kind": "jacobi_forcing", "block_length": 4}},
+    # the character tokenizer spells the tags out: the Multiverse rows are too long for 48 and skipped
+    "multiverse_curriculum": lambda tmp: {"data": {"tasks": ["parts_small"], "on_too_long": "skip"}},
+    "sequential_curriculum": lambda tmp: {"data": {"tasks": ["parts_small"]}},
 }
 
 

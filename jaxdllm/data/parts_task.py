@@ -19,7 +19,8 @@ text (`"12341:rev:413 ...2:rev:...3578"`).
 `check` accepts exactly the three canonical texts (sequential, Multiverse, tag-stripped Multiverse) of
 the prompt, so every part's steps and the combination must be right; `final_answer` reads the
 combination. `PartsMultiverseTask` (`parts_mv`) is the same task whose `generate` writes the Multiverse
-format (same instances for the same rng).
+format (same instances for the same rng); `parts_small` (2 lists of 2 digits, one operation) is a short
+variant for smoke tests.
 
 Lengths (character tokenizer, tags one token each; `sequential_length` and `multiverse_chain_length`,
 response + EOS, prompt excluded; the chain is Parallel/Goal/outlines + the longest path + the conclusion
@@ -214,3 +215,5 @@ def curriculum(task: PartsTask, num_instances: int, seed: int = 0, multiverse: b
 
 register_task(PartsTask())
 register_task(PartsMultiverseTask())
+# a short variant (2 lists of 2 digits, one operation: 34-token sequential rows) for smoke tests
+register_task(PartsTask(name="parts_small", min_parts=2, max_parts=2, num_items=2, num_ops=1))

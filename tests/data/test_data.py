@@ -19,7 +19,7 @@ from jaxdllm.data import (BatchConfig, BatchIterator, CopyTask, DataError, Datas
                           save_char_tokenizer, special_token_ids, task_names, tokenize_examples, write_jsonl)
 from jaxdllm.data.char_tokenizer import BOS_ID, CHARS, EOS_ID, MASK_ID, PAD_ID, VOCAB_SIZE
 
-SINGLE = ["copy", "reverse", "sort", "add", "copy_long", "reverse_long", "sort_long", "chain", "parts", "parts_mv"]
+SINGLE = ["copy", "reverse", "sort", "add", "copy_long", "reverse_long", "sort_long", "chain", "parts", "parts_mv", "parts_small"]
 MANY = ["perm", "pick3", "twin", "word_problems"]
 
 
