@@ -34,8 +34,10 @@ class SharedView:
     Attributes:
       view_blocks: `[R, V]` int32 block ids of each row's view, in view order; -1 marks an unused entry.
       view_offsets: `[R, V]` int32 logical position of each entry's slot 0.
-      write_block: `[R]` int32 the block this forward's tokens of the row are written to (one of its view's).
-      write_slot: `[R]` int32 the first slot written; token i of the row goes to slot `write_slot + i`.
+      write_block: `[R]` int32 the block this forward's tokens of the row are written to (one of its view's),
+        or `[R, L]` one per token (a row whose tokens fill one page and go on in the next).
+      write_slot: `[R]` int32 the first slot written (token i of the row goes to slot `write_slot + i`), or
+        `[R, L]` each token's slot. A key is rotated at its slot (its block-local position).
       q_valid: `[R, L]` bool, tokens to write (False: padding of a shorter row; not written, output unused).
       kv_segment_ids: `[NB, S]` int32 segment ids of the blocks after this forward's writes (0 = empty);
         the model fills it in from its cache (`written`).
@@ -52,9 +54,15 @@ class SharedView:
         """`(blocks [R, L], slots [R, L])` where this forward's tokens go; padding tokens get slot
         `num_slots` (out of range: a scatter with `mode="drop"` skips them)."""
         r, length = self.q_valid.shape
-        slots = self.write_slot[:, None] + jnp.arange(length, dtype=jnp.int32)[None]
-        slots = jnp.where(self.q_valid & (slots < num_slots), slots, num_slots)
-        return jnp.broadcast_to(self.write_block[:, None], (r, length)), slots
+        slots = jnp.where(self.q_valid & (self.key_slots() < num_slots), self.key_slots(), num_slots)
+        block = self.write_block if self.write_block.ndim == 2 else self.write_block[:, None]
+        return jnp.broadcast_to(block, (r, length)), slots
+
+    def key_slots(self) -> jax.Array:
+        """`[R, L]` the slot of each of this forward's tokens (the position its key is rotated at)."""
+        if self.write_slot.ndim == 2:
+            return self.write_slot
+        return self.write_slot[:, None] + jnp.arange(self.q_valid.shape[1], dtype=jnp.int32)[None]
 
     def written(self, segment_ids: jax.Array) -> "SharedView":
         """This view with `kv_segment_ids` = the blocks' `segment_ids [NB, S]` plus this forward's tokens."""

@@ -184,7 +184,7 @@ class Attention(nnx.Module):
             raise ConfigError("a SharedView forward reads and writes shared cache blocks: pass the blocks' KVCache")
         cache_k, cache_v = kv_cache
         blocks, slots = view.write_targets(cache_k.shape[1])
-        k = apply_rope(k, view.write_slot[:, None] + jnp.arange(k.shape[1], dtype=jnp.int32)[None], inv_freq)
+        k = apply_rope(k, view.key_slots(), inv_freq)
         cache_k = cache_k.at[blocks, slots].set(k.astype(cache_k.dtype), mode="drop")
         cache_v = cache_v.at[blocks, slots].set(v.astype(cache_v.dtype), mode="drop")
         r, length, h, d = q.shape

@@ -53,9 +53,9 @@ FLAT = dict(
             (_path(1) + [80, 81, T["</Path>"]], 17), (_path(2) + [82, T["</Path>"]], 17),
             (_path(3) + [83, 84, 85, 86, T["</Path>"]], 17),
             ([T["<Conclusion>"], 70, T["</Conclusion>"], T["</Parallel>"]], 25)],
-    # 11 feeding the goal, 1 feeding </Goal> with the three path prefixes, 4 more along path 3 (the longest),
+    # the prefill (position 5), 11 feeding the goal, 1 feeding </Goal> with the three path prefixes, 4 more along path 3 (the longest),
     # 1 feeding its </Path> with the conclusion's prefix, 3 to EOS
-    nfe=20)
+    nfe=21)
 NESTED = dict(
     choices={0: {5: T["<Parallel>"], 6: T["<Goal>"], 7: T["<Outline>"], 8: 60, 9: T["</Outline>"],
                  10: T["<Outline>"], 11: 61, 12: T["</Outline>"], 13: T["</Goal>"],
@@ -75,9 +75,9 @@ NESTED = dict(
             ([T["<Conclusion>"], 93, T["</Conclusion>"], T["</Parallel>"], 94, T["</Path>"]], 32),
             (_path(2) + [82, T["</Path>"]], 14),
             ([T["<Conclusion>"], 70, T["</Conclusion>"], T["</Parallel>"]], 38)],
-    # 8 + 1 (fork) + 8 along outer path 1 + 1 (nested fork) + 2 along nested path 2 + 1 (nested merge) + 4 + 1
+    # the prefill + 8 + 1 (fork) + 8 along outer path 1 + 1 (nested fork) + 2 along nested path 2 + 1 (nested merge) + 4 + 1
     # (merge) + 3
-    nfe=29)
+    nfe=30)
 SCRIPTS = {"flat": FLAT, "nested": NESTED}
 
 
@@ -143,10 +143,11 @@ def _run(model, prompts, **settings):
     return jaxdllm.generate(model, np.asarray(prompts), config)
 
 
+@pytest.mark.parametrize("page_size", [3, 16])  # pages fill at every kind of moment: a fork, a merge, a prefix
 @pytest.mark.parametrize("script", list(SCRIPTS))
-def test_fork_and_merge_write_the_merged_text_in_the_published_layout(checkpoint, script):
+def test_fork_and_merge_write_the_merged_text_in_the_published_layout(checkpoint, script, page_size):
     model, _ = checkpoint
-    result = _run(model, [PROMPT, PROMPT], script=script)
+    result = _run(model, [PROMPT, PROMPT], script=script, page_size=page_size)
     tokens, _ = _merged_text(script)
     for row in result.generated:
         assert list(row[:len(tokens) + 1]) == tokens + [EOS]
@@ -162,10 +163,12 @@ def test_a_request_without_rows_for_its_paths_goes_on_sequentially(checkpoint):
     assert result.generated[0][12] == 0
 
 
-@pytest.mark.parametrize("script", list(SCRIPTS))
-def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiverse_mask(checkpoint, script):
+@pytest.mark.parametrize("script,page_size", [("flat", 16), ("nested", 3)])
+def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiverse_mask(checkpoint, script,
+                                                                                        page_size):
     model, hf = checkpoint
-    config = SamplerConfig(gen_length=64, policy=_policy(script=script))
+    policy = _policy(script=script, page_size=page_size)
+    config = SamplerConfig(gen_length=64, policy=policy)
     from jaxdllm.decoding import loop
     from jaxdllm.decoding.canvases import canvas_of
     from jaxdllm.decoding.layout import CanvasView, Layout
@@ -180,11 +183,11 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
     while not bool(state.done[0]):
         state = step(state)
     f = state.cache
-    extra = 90  # one more token after the merged text, at the root's next position
-    shared = SharedView(view_blocks=jnp.where(jnp.arange(f.view_blocks.shape[1])[None] < f.n_view[:1, None],
-                                              f.view_blocks[:1], -1),
-                        view_offsets=f.view_offsets[:1],
-                        write_block=f.view_blocks[0, f.n_view[0] - 1][None], write_slot=f.fill[:1],
+    extra = 90  # one more token after the merged text, at the root's next position, in its last page
+    entries = jnp.arange(f.view_pages.shape[1])[None] < f.n_view[:1, None]
+    assert int(f.fill[0]) < policy.page_size
+    shared = SharedView(view_blocks=jnp.where(entries, f.view_pages[:1], -1), view_offsets=f.view_offsets[:1],
+                        write_block=f.view_pages[0, f.n_view[0] - 1][None], write_slot=f.fill[:1],
                         q_valid=jnp.ones((1, 1), bool))
     ours = model(jnp.asarray([[extra]]), f.pos[:1, None], shared, f.kv).logits[0, 0]
     tokens, positions = _merged_text(script)

@@ -31,7 +31,8 @@ class Multiverse(Policy):
     """`max_paths`: rows each request may fork into at once (its own row aside; nested forks share them).
     `tag_base`: the id of `<Think>` (the 12 tags follow in `TAGS` order). `path_prefix`, `digit_ids`,
     `path_suffix`: path k is fed `path_prefix + digits of k + path_suffix`. `conclusion_prefix`: what a
-    merged parent is fed first. `max_blocks`: shared cache blocks per request (0: `2 * max_paths + 2`)."""
+    merged parent is fed first. `max_blocks`: text segments per request (its prompt's, one per path, one per
+    merge; 0: `2 * max_paths + 2`). `page_size`: slots per page of the shared K/V (`jaxdllm/decoding/pages.py`)."""
 
     max_paths: int = 4
     tag_base: int | None = None
@@ -40,6 +41,7 @@ class Multiverse(Policy):
     path_suffix: tuple[int, ...] = ()
     conclusion_prefix: tuple[int, ...] = ()
     max_blocks: int = 0
+    page_size: int = 16
     name = "multiverse"
     canvas = "multiverse_canvas"
 
@@ -55,13 +57,15 @@ class Multiverse(Policy):
             raise ConfigError(f"digit_ids must be the 10 ids of '0'..'9', got {len(self.digit_ids)}")
         if not self.path_prefix or not self.conclusion_prefix:
             raise ConfigError("path_prefix and conclusion_prefix must hold at least the <Path> / <Conclusion> id")
+        if not isinstance(self.page_size, int) or self.page_size < 1:
+            raise ConfigError(f"page_size must be a positive integer (slots per K/V page), got {self.page_size!r}")
         if self.max_blocks and self.max_blocks < self.max_paths + 2:
             raise ConfigError(f"max_blocks must be at least max_paths + 2 = {self.max_paths + 2} (the prompt's block, "
                               f"one per path, the conclusion's), got {self.max_blocks}")
 
     @property
     def blocks(self) -> int:
-        """Shared cache blocks per request."""
+        """Text segments per request."""
         return self.max_blocks or 2 * self.max_paths + 2
 
     def tag(self, name: str) -> int:
