@@ -2,22 +2,24 @@
 others' newest tokens in the same forward (Hogwild! Inference, Rodionov et al. 2025, `generation.py`;
 `assd-hogwild-multiverse.md` §2).
 
-Per request: shared blocks (`jaxdllm.attention.shared_view`) `common` (the prompt, then the finished steps
-in order of completion), `others` ("### Work in progress (others)"), `own` ("### Work in progress (own)"),
-one block per worker (its current step) and a finisher block. Worker w reads
+Per request, K/V live in pages of `page_size` slots (`jaxdllm/decoding/pages.py`), each page stored once
+with its keys at page-local positions, and owned by one part of the text: `common` (the prompt, then the
+finished steps in order of completion), the `others` header ("### Work in progress (others)"), the `own`
+header ("### Work in progress (own)"), a worker's current step, or the finisher. Worker w reads
 
     [common, others, the other workers' steps in worker order, own, its own step]
 
-with each block at the running sum of the lengths before it; keys stay at block-local positions and each
-query is rotated per block (the published fast kernel's choice). Per step every worker feeds its pending
-tokens (one sampled token, or a new step's header in one wider forward), writes them into its block, and
-every worker attends with everything written in that forward: the published token-level sync.
+each page at the running sum of the lengths before it; each query is rotated per page (the published fast
+kernel's choice), so no key is ever re-rotated. Per step every worker feeds its pending tokens (one sampled
+token, or a new step's header in one wider forward) into its own pages and attends with everything
+written in that forward: the published token-level sync.
 
 * **Step end** (`Hogwild.step_ends`): when a worker samples a token that completes "\\n\\n" after the end of
-  a sentence, its block is appended to `common` (keys rotated once by common's length: RoPE composes; the
-  block's deeper-layer K/V keep the positions they were computed at, the published caveat), the block is
-  cleared and the worker is fed that token + "**Name [k+1]:** " (+ the redundancy check when it wrote more
-  than `check_every` tokens since the last one) next.
+  a sentence, its step's pages become `common`'s newest pages: nothing is copied and no key rotated (the
+  published code rotates the block's keys into the common cache; here the pages only change place in the
+  views). Deeper-layer K/V keep the positions they were computed at: the published caveat. The worker is
+  fed that token + "**Name [k+1]:** " (+ the redundancy check when it wrote more than `check_every`
+  tokens since the last one) in new pages next.
 * **End.** A request ends when a worker samples EOS (the published `inference_lib` rule), or when its
   budget is spent: then the s1-style finisher runs in worker 0's row over the flattened state ([common,
   others, every worker's partial step, "<...>" + "Wait, given the limited time, ... \\boxed{"]) and decodes
@@ -26,8 +28,7 @@ every worker attends with everything written in that forward: the published toke
   finisher's tokens, in that order. The workers stop once another step could overflow it.
 
 Where it differs from the published loop: the stop is EOS or the budget (the published main branch also
-stops when a `\\boxed{}` answer parses; that needs text parsing on the host); a step that fills its block
-ends there.
+stops when a `\\boxed{}` answer parses; that needs text parsing on the host).
 """
 
 from __future__ import annotations
@@ -37,30 +38,39 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdllm.attention.shared_view import SharedView
+from jaxdllm.decoding import pages
 from jaxdllm.decoding.canvas import Canvas, Footprint
 from jaxdllm.decoding.policies.hogwild import Hogwild
 from jaxdllm.decoding.state import DecodeState
 from jaxdllm.errors import ConfigError
-from jaxdllm.models.layers import apply_rope, rope_inv_freq
 
-COMMON, OTHERS, OWN, FIRST_WORKER = 0, 1, 2, 3  # blocks of a request; the finisher's is FIRST_WORKER + N
+COMMON, OTHERS, OWN, FIRST_WORKER = 0, 1, 2, 3  # page owners; worker w's step is FIRST_WORKER + w, then the finisher
+FREE = -1
 WORK, FINISH, OVER = range(3)
+_LAST = 1 << 20  # sort keys: owner group * _LAST + the page's order
 
 
 @struct.dataclass
 class Workers:
-    """The canvas's carry (rows R = B * N, blocks NB = B * (N + 4), S slots each, C the widest feed).
+    """The canvas's carry (rows R = B * N; NP pages of P slots per request; C the widest feed).
 
-    kv: the blocks' `KVCache`. tokens: `[NB, S]`. fill: `[R]` slots of the row's own step (worker 0's
-    row in the finisher: the finisher block's). step_no: `[R]` k of the current step. since_check: `[R]`
-    tokens since the last redundancy check. last: `[R]` the sampled token to feed. pending, n_pending:
-    `[R, C]`, `[R]` a prefix to feed instead. tail: `[R, 2]` the two last fed tokens. common_len, phase,
-    written: `[B]` (`WORK`, `FINISH`, `OVER`); answer, n_answer: `[B, finisher_tokens]`, `[B]` the
-    finisher's tokens. steps_done: `[B]` finished steps.
+    kv: the pages' `KVCache` (`[B * NP, P]`). tokens: `[B * NP, P]`. owner, order: `[B, NP]` each page's part
+    of the text (`FREE`, `COMMON`, ...) and its place in it (a page's id; `NP` + a count for the pages moved
+    into `common`). next_page, next_order: `[B]` the next page to hand out, the next moved page's order. last_page: `[R]`
+    the row's newest page (-1: it starts a new one); fill: `[R]` slots used in it. step_no: `[R]` k of the
+    current step. since_check: `[R]` tokens since the last redundancy check. last: `[R]` the sampled token to
+    feed. pending, n_pending: `[R, C]`, `[R]` a prefix to feed instead. tail: `[R, 2]` the two last fed
+    tokens. phase, written, skip: `[B]` (`WORK`, `FINISH`, `OVER`; tokens the workers fed; the prompt's
+    length). answer, n_answer: `[B, finisher_tokens]`, `[B]` the finisher's tokens. steps_done: `[B]`.
     """
 
     kv: object
     tokens: jax.Array
+    owner: jax.Array
+    order: jax.Array
+    next_page: jax.Array
+    next_order: jax.Array
+    last_page: jax.Array
     fill: jax.Array
     step_no: jax.Array
     since_check: jax.Array
@@ -68,9 +78,9 @@ class Workers:
     pending: jax.Array
     n_pending: jax.Array
     tail: jax.Array
-    common_len: jax.Array
     phase: jax.Array
     written: jax.Array
+    skip: jax.Array
     answer: jax.Array
     n_answer: jax.Array
     steps_done: jax.Array
@@ -96,8 +106,17 @@ def _padded(rows, width: int | None = None):
             jnp.asarray([len(x) for x in rows], jnp.int32))
 
 
+def _num_pages(policy: Hogwild, prompt_len: int, gen_length: int) -> int:
+    """Pages per request: the text's slots (prompt, headers, answer, finisher text), a partly filled last page
+    per step (a step holds at least its header) and per part of the text."""
+    size = policy.page_size
+    fixed = len(policy.others_header) + len(policy.own_header) + len(policy.finisher_ids) + policy.finisher_tokens
+    shortest_step = 1 + min(len(p) for p in policy.header_prefixes) + 1 + len(policy.header_suffix)
+    return -(-(prompt_len + gen_length + fixed) // size) + gen_length // shortest_step + 2 * policy.workers + 6
+
+
 class HogwildCanvas(Canvas):
-    """N workers over shared cache blocks, token-level sync (causal models of the shared Transformer)."""
+    """N workers over shared pages, token-level sync (causal models of the shared Transformer)."""
 
     name = "hogwild_canvas"
     policy_base = Hogwild
@@ -105,7 +124,7 @@ class HogwildCanvas(Canvas):
 
     def check_config(self, config) -> None:
         if config.cache.keeps_kv:
-            raise ConfigError("policy='hogwild' keeps its own shared cache blocks: leave cache='none'")
+            raise ConfigError("policy='hogwild' keeps its own shared K/V pages: leave cache='none'")
         if config.stop_at_eos == "block":
             raise ConfigError("stop_at_eos='block' finishes a diffusion block; Hogwild! decodes token by token")
         policy = config.policy
@@ -124,47 +143,67 @@ class HogwildCanvas(Canvas):
         return config.gen_length + config.policy.finisher_tokens + 2  # every work step writes a token per worker
 
     def footprint(self, model_config, config, prompt_len: int) -> Footprint:
-        """Per request: N + 4 blocks of `Lp + G` slots, N rows of the widest feed."""
+        """Per request: its pages; N rows of the widest feed, each reading every page."""
         policy = config.policy
-        slots = prompt_len + config.gen_length
-        blocks = policy.workers + 4
-        return Footprint(canvas=slots, kv_slots=blocks * slots,
-                         widest=max(prompt_len, policy.workers * policy.chunk), attended=blocks * slots,
+        slots = _num_pages(policy, prompt_len, config.gen_length) * policy.page_size
+        return Footprint(canvas=prompt_len + config.gen_length, kv_slots=slots,
+                         widest=max(prompt_len, policy.workers * policy.chunk), attended=policy.workers * slots,
                          logits=policy.workers)
 
     # -- the loop ------------------------------------------------------------------------------
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:
-        """`common` prefilled with the prompt (the formatted problem), the two header blocks written, each
-        worker's first step pending."""
+        """`common` prefilled with the prompt (the formatted problem), both headers written, each worker's first
+        step pending."""
         policy: Hogwild = config.policy
         b, lp = prompt.shape
-        n, c = policy.workers, policy.chunk
-        blocks_per, slots = n + 4, lp + config.gen_length
-        kv = model.init_cache(b * blocks_per, slots)
-        base = jnp.arange(b, dtype=jnp.int32) * blocks_per
+        n, c, size = policy.workers, policy.chunk, policy.page_size
+        n_pages = _num_pages(policy, lp, config.gen_length)
+        kv = model.init_cache(b * n_pages, size)
+        base = jnp.arange(b, dtype=jnp.int32) * n_pages
         seg = view.seg[:, :lp]
-        pad = lp - seg.sum(1)
-        # the prompt into `common` (left padding not written), then both headers in one forward
-        one = lambda blocks, offsets, valid_: SharedView(view_blocks=blocks[:, None], view_offsets=offsets[:, None],
-                                                          write_block=blocks, write_slot=jnp.zeros_like(blocks),
-                                                          q_valid=valid_)
-        kv = model(prompt.astype(jnp.int32), view.positions[:, :lp], one(base + COMMON, -pad, seg > 0), kv,
-                   logits_slice=(lp - 1, 1)).cache
-        headers, lengths = _padded((policy.others_header, policy.own_header))
-        hb = jnp.stack([base + OTHERS, base + OWN], 1).reshape(-1)
-        ids = jnp.tile(headers, (b, 1))
-        valid_h = jnp.arange(ids.shape[1])[None] < jnp.tile(lengths, b)[:, None]
-        kv = model(ids, jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape), one(hb, jnp.zeros_like(hb), valid_h),
-                   kv, logits_slice=(0, 1)).cache
-        tokens = jnp.zeros((b * blocks_per, slots), jnp.int32).at[base + COMMON, :lp].set(prompt.astype(jnp.int32))
-        tokens = tokens.at[hb, :ids.shape[1]].set(jnp.where(valid_h, ids, 0))
+        real = seg.sum(1).astype(jnp.int32)
+        # the prompt's real tokens from slot 0 of the first pages, then each header in pages of its own
+        prompt_pages = -(-lp // size)
+        others, others_len = _padded((policy.others_header,))
+        own, own_len = _padded((policy.own_header,))
+        others_pages, own_pages = -(-others.shape[1] // size), -(-own.shape[1] // size)
+        ids = jnp.concatenate([prompt.astype(jnp.int32), jnp.tile(others, (b, 1)), jnp.tile(own, (b, 1))], 1)
+        valid_ids = jnp.concatenate([seg > 0, jnp.broadcast_to(jnp.arange(others.shape[1]) < others_len[0], (b, others.shape[1])),
+                                     jnp.broadcast_to(jnp.arange(own.shape[1]) < own_len[0], (b, own.shape[1]))], 1)
+        at_prompt = jnp.maximum(jnp.arange(lp)[None] - (lp - real)[:, None], 0)
+        slot = jnp.concatenate([at_prompt, jnp.broadcast_to(jnp.arange(others.shape[1]) + prompt_pages * size, (b, others.shape[1])),
+                                jnp.broadcast_to(jnp.arange(own.shape[1]) + (prompt_pages + others_pages) * size,
+                                                 (b, own.shape[1]))], 1)
+        # one forward: each part reads only itself (positions from 0 within it)
+        part = jnp.concatenate([jnp.zeros((b, lp), jnp.int32), jnp.ones((b, others.shape[1]), jnp.int32),
+                                jnp.full((b, own.shape[1]), 2, jnp.int32)], 1)
+        first_local = jnp.asarray([0, prompt_pages, prompt_pages + others_pages], jnp.int32)
+        positions = slot - first_local[part] * size
+        for p_id, (first, count) in enumerate(((0, prompt_pages), (prompt_pages, others_pages),
+                                               (prompt_pages + others_pages, own_pages))):
+            rows = part == p_id
+            views = base[:, None] + first + jnp.arange(count)[None]
+            prefill = SharedView(view_blocks=views, view_offsets=jnp.broadcast_to(jnp.arange(count) * size, views.shape),
+                                 write_block=base[:, None] + slot // size, write_slot=slot % size,
+                                 q_valid=valid_ids & rows)
+            kv = model(ids, positions, prefill, kv, logits_slice=(0, 1)).cache
+        blocks, where = (base[:, None] + slot // size), jnp.where(valid_ids, slot % size, size)
+        tokens = jnp.zeros((b * n_pages, size), jnp.int32).at[blocks, where].set(ids, mode="drop")
+        local = jnp.arange(n_pages)[None]
+        owner = jnp.where(local < prompt_pages, COMMON, jnp.where(local < prompt_pages + others_pages, OTHERS,
+                                                                   jnp.where(local < prompt_pages + others_pages + own_pages,
+                                                                             OWN, FREE)))
+        owner = jnp.broadcast_to(owner, (b, n_pages)).astype(jnp.int32)
         first, first_len = _padded(policy.first_steps, c)
         r = b * n
         zeros = jnp.zeros((r,), jnp.int32)
-        workers = Workers(kv=kv, tokens=tokens, fill=zeros, step_no=jnp.ones((r,), jnp.int32), since_check=zeros,
+        workers = Workers(kv=kv, tokens=tokens, owner=owner, order=jnp.broadcast_to(local, (b, n_pages)).astype(jnp.int32),
+                          next_page=jnp.full((b,), prompt_pages + others_pages + own_pages, jnp.int32),
+                          next_order=jnp.full((b,), n_pages, jnp.int32), last_page=jnp.full((r,), -1, jnp.int32),
+                          fill=jnp.full((r,), size, jnp.int32), step_no=jnp.ones((r,), jnp.int32), since_check=zeros,
                           last=zeros, pending=jnp.tile(first, (b, 1)), n_pending=jnp.tile(first_len, b),
-                          tail=jnp.zeros((r, 2), jnp.int32), common_len=jnp.full((b,), lp, jnp.int32),
-                          phase=jnp.where(valid, WORK, OVER).astype(jnp.int32), written=jnp.zeros((b,), jnp.int32),
+                          tail=jnp.zeros((r, 2), jnp.int32), phase=jnp.where(valid, WORK, OVER).astype(jnp.int32),
+                          written=jnp.zeros((b,), jnp.int32), skip=real,
                           answer=jnp.zeros((b, policy.finisher_tokens), jnp.int32),
                           n_answer=jnp.zeros((b,), jnp.int32), steps_done=jnp.zeros((b,), jnp.int32))
         canvas = jnp.concatenate([prompt, jnp.full((b, config.gen_length), lay.eos_id, prompt.dtype)], 1)
@@ -172,63 +211,86 @@ class HogwildCanvas(Canvas):
                                  policy_state=jnp.zeros((), jnp.float32), max_trajectory=config.max_trajectory)
 
     def _views(self, w: Workers, lengths, n: int, b: int):
-        """`(view_blocks [R, V], view_offsets [R, V], write entry offset [R])` of every row (V = N + 3), from
-        the blocks' lengths `[B, N + 4]` after this forward's writes; worker 0's row in the finisher reads
-        every worker's step and writes the finisher block."""
-        entries = []
-        for wk in range(n):
-            others = [FIRST_WORKER + u for u in range(n) if u != wk]
-            work = [COMMON, OTHERS] + others + [OWN, FIRST_WORKER + wk]
-            finish = [COMMON, OTHERS] + [FIRST_WORKER + u for u in range(n)] + [FIRST_WORKER + n]
-            entries.append((work, finish))
-        work = jnp.asarray([e[0] for e in entries], jnp.int32)                 # [N, V] local block ids
-        finish = jnp.asarray([e[1] for e in entries], jnp.int32)
-        finishing = jnp.repeat(w.phase == FINISH, n) & (jnp.arange(b * n) % n == 0)
-        local = jnp.where(finishing[:, None], jnp.tile(finish, (b, 1)), jnp.tile(work, (b, 1)))   # [R, V]
-        request = jnp.arange(b * n) // n
-        length = jnp.take_along_axis(lengths[request], local, 1)
+        """`(view_pages [R, NP], view_offsets [R, NP])` of every row, pages in view order (-1 after the used
+        ones), from the pages' lengths `[B, NP]` after this forward's writes; worker 0's row in the finisher
+        reads every worker's step and writes the finisher's pages."""
+        n_pages = w.owner.shape[1]
+        r = b * n
+        request = jnp.arange(r) // n
+        me = jnp.arange(r) % n
+        owner, order = w.owner[request], w.order[request]                       # [R, NP]
+        finishing = (w.phase[request] == FINISH) & (me == 0)
+        worker = owner - FIRST_WORKER
+        is_worker = (owner >= FIRST_WORKER) & (worker < n)
+        big = 2 * n + 8
+        work_group = jnp.select([owner == COMMON, owner == OTHERS, is_worker & (worker != me[:, None]), owner == OWN,
+                                 is_worker & (worker == me[:, None])],
+                                [0, 1, 2 + worker - (worker > me[:, None]), n + 1, n + 2], big)
+        finish_group = jnp.select([owner == COMMON, owner == OTHERS, is_worker, owner == FIRST_WORKER + n],
+                                  [0, 1, 2 + worker, n + 2], big)
+        group = jnp.where(finishing[:, None], finish_group, work_group)
+        key = jnp.where(group < big, group * _LAST + order, big * _LAST)
+        sorted_local = jnp.argsort(key, axis=1)
+        used = jnp.take_along_axis(key, sorted_local, 1) < big * _LAST
+        length = jnp.where(used, jnp.take_along_axis(lengths[request], sorted_local, 1), 0)
         offsets = jnp.cumsum(length, 1) - length
-        return local + (request * (n + 4))[:, None], offsets.astype(jnp.int32)
+        view_pages = jnp.where(used, sorted_local + (request * n_pages)[:, None], -1)
+        return view_pages, offsets.astype(jnp.int32)
 
     def step(self, model, state: DecodeState, view, lay, config, policy_params=None) -> DecodeState:
         policy: Hogwild = config.policy
         w: Workers = state.cache
         b, lp = state.canvas.shape[0], lay.prompt_len
-        n, c = policy.workers, policy.chunk
+        n, c, size = policy.workers, policy.chunk, policy.page_size
         r = b * n
-        slots = w.tokens.shape[1]
+        n_pages = w.owner.shape[1]
+        request = jnp.arange(r) // n
         worker = jnp.arange(r) % n
-        phase = jnp.repeat(w.phase, n)
+        phase = w.phase[request]
         feeding = (phase == WORK) | ((phase == FINISH) & (worker == 0))
         fed = jnp.where(w.n_pending > 0, w.n_pending, 1) * feeding
-        # the blocks' lengths after this forward's writes: headers fixed, steps + what each worker feeds
-        header_len = jnp.asarray([len(policy.others_header), len(policy.own_header)], jnp.int32)
-        step_len = (w.fill + fed).reshape(b, n)
-        fin_len = jnp.where(w.phase == FINISH, (w.fill + fed).reshape(b, n)[:, 0], 0)
-        lengths = jnp.concatenate([w.common_len[:, None], jnp.tile(header_len, (b, 1)),
-                                   jnp.where(w.phase[:, None] == FINISH, _own_fill(w, b, n), step_len),
-                                   fin_len[:, None]], 1)
-        blocks, offsets = self._views(w, lengths, n, b)
+        # pages for what the rows write, owned by their step (or the finisher)
+        need = pages.pages_needed(w.fill, fed, size)
+        first, next_page = pages.allocate(need.reshape(b, n), w.next_page)
+        first = first.reshape(-1)
+        row_owner = jnp.where(phase == FINISH, FIRST_WORKER + n, FIRST_WORKER + worker)
+        most = -(-c // size) + 1
+        owner, order = w.owner, w.order
+        for i in range(most):  # a new page's order is its id: pages are handed out in order, never freed
+            new = feeding & (i < need)
+            page = jnp.where(new, first + i, n_pages)
+            owner = owner.at[request, page].set(row_owner, mode="drop")
+            order = order.at[request, page].set(first + i, mode="drop")
+        new_pages = first + request * n_pages                                   # global id of each row's first new page
+        g = w.fill[:, None] + jnp.arange(c, dtype=jnp.int32)[None]               # slot counted from the newest page
+        target_page = jnp.where(g < size, w.last_page[:, None], new_pages[:, None] + g // size - 1)
+        valid = jnp.arange(c)[None] < fed[:, None]
+        # the pages' lengths after this forward's writes
+        lengths = pages.page_lengths(w.kv.segment_ids).reshape(b, n_pages)
+        written_now = jnp.zeros((b * n_pages,), jnp.int32).at[jnp.where(valid, target_page, b * n_pages)].add(
+            1, mode="drop").reshape(b, n_pages)
+        w = w.replace(owner=owner, order=order, next_page=next_page)
+        view_pages, offsets = self._views(w, lengths + written_now, n, b)
+        my_entry = jnp.argmax(view_pages == jnp.where(w.fill < size, w.last_page, new_pages)[:, None], axis=1)
+        start = jnp.take_along_axis(offsets, my_entry[:, None], 1)[:, 0] + jnp.where(w.fill < size, w.fill, 0)
 
         def forward(width):
             ids = jnp.where(w.n_pending[:, None] > 0, w.pending[:, :width], 0).at[:, 0].set(
                 jnp.where(w.n_pending > 0, w.pending[:, 0], w.last))
-            valid = jnp.arange(width)[None] < fed[:, None]
-            shared = SharedView(view_blocks=blocks, view_offsets=offsets, write_block=blocks[:, -1],
-                                write_slot=w.fill, q_valid=valid)
-            positions = offsets[:, -1:] + w.fill[:, None] + jnp.arange(width, dtype=jnp.int32)[None]
+            shared = SharedView(view_blocks=view_pages, view_offsets=offsets, write_block=target_page[:, :width],
+                                write_slot=g[:, :width] % size, q_valid=valid[:, :width])
+            positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)[None]
             out = model(ids, positions, shared, w.kv)
             logits = jnp.take_along_axis(out.logits, jnp.maximum(fed - 1, 0)[:, None, None], 1)[:, 0]
-            where = shared.write_targets(slots)[1]
             pad = lambda x, v: jnp.concatenate([x, jnp.full((r, c - width), v, x.dtype)], 1)
-            return out.cache, logits.astype(jnp.float32), pad(ids, 0), pad(where, slots)
+            return out.cache, logits.astype(jnp.float32), pad(ids, 0)
 
         if c > 1:
-            kv, logits, ids, where = jax.lax.cond((feeding & (w.n_pending > 0)).any(), lambda _: forward(c),
-                                                  lambda _: forward(1), None)
+            kv, logits, ids = jax.lax.cond((feeding & (w.n_pending > 0)).any(), lambda _: forward(c),
+                                           lambda _: forward(1), None)
         else:
-            kv, logits, ids, where = forward(1)
-        tokens = w.tokens.at[jnp.broadcast_to(blocks[:, -1:], where.shape), where].set(ids, mode="drop")
+            kv, logits, ids = forward(1)
+        tokens = w.tokens.at[jnp.where(valid, target_page, b * n_pages), g % size].set(ids, mode="drop")
         nfe = state.nfe + (w.phase != OVER).astype(jnp.int32)
         key = jax.random.fold_in(state.key, state.step)
         sampled = policy.choose(logits, key, config.temperature, worker=worker, step=state.step)
@@ -237,35 +299,40 @@ class HogwildCanvas(Canvas):
         last_fed = jnp.take_along_axis(ids, jnp.maximum(fed - 1, 0)[:, None], 1)[:, 0]
         before = jnp.where(fed >= 2, jnp.take_along_axis(ids, jnp.maximum(fed - 2, 0)[:, None], 1)[:, 0], w.tail[:, 1])
         tail = jnp.where(feeding[:, None], jnp.stack([before, last_fed], 1), w.tail)
-        fill = w.fill + fed
+        last_page = jnp.where(need > 0, new_pages + need - 1, w.last_page)
         working = feeding & (phase == WORK)
-        w = w.replace(kv=kv, tokens=tokens, fill=fill, tail=tail, n_pending=jnp.where(feeding, 0, w.n_pending),
+        w = w.replace(kv=kv, tokens=tokens, fill=pages.after_write(w.fill, fed, size), last_page=last_page, tail=tail,
+                      n_pending=jnp.where(feeding, 0, w.n_pending),
                       since_check=w.since_check + jnp.where(working, fed, 0),
                       written=w.written + jnp.where(working, fed, 0).reshape(b, n).sum(1))
-        w = self._finisher(w, jnp.where(phase == FINISH, greedy, sampled), feeding & (phase == FINISH), policy, lay, b, n)
-        w = self._work(w, sampled, working, policy, lay, config, model, b, n)
+        w = self._finisher(w, greedy, feeding & (phase == FINISH), policy, lay, b, n)
+        w = self._work(w, sampled, working, policy, lay, config, b, n)
         done = state.done | (w.phase == OVER)
-        canvas = jnp.where((done & ~state.done)[:, None], self._answer(w, state.canvas, lp, b, n), state.canvas)
+
+        def answers(canvas):  # the text of the requests that ended now (rare: computed only then)
+            return jnp.where((done & ~state.done)[:, None], self._answer(w, canvas, lp, b, n), canvas)
+
+        canvas = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x, state.canvas)
         return state.replace(canvas=canvas, nfe=nfe, done=done, cache=w)
 
-    def _work(self, w: Workers, t, working, policy: Hogwild, lay, config, model, b: int, n: int) -> Workers:
-        """The workers' samples: a step that ends moves into `common` and the worker is fed its next header;
-        EOS ends the request; a spent budget starts the finisher."""
-        slots = w.tokens.shape[1]
-        ends = working & (policy.step_ends(w.tail[:, 0], w.tail[:, 1], t) | (w.fill + policy.chunk + 1 >= slots))
+    def _work(self, w: Workers, t, working, policy: Hogwild, lay, config, b: int, n: int) -> Workers:
+        """The workers' samples: a step that ends joins `common` and the worker is fed its next header; EOS ends
+        the request; a spent budget starts the finisher."""
+        r = b * n
+        request = jnp.arange(r) // n
+        worker = jnp.arange(r) % n
+        ends = working & policy.step_ends(w.tail[:, 0], w.tail[:, 1], t)
         eos = (working & (t == lay.eos_id)).reshape(b, n).any(1)
-        w = _move_into_common(w, ends, model, b, n)
+        w = _into_common(w, ends, b, n)
         k = w.step_no + ends.astype(jnp.int32)
         check = ends & (w.since_check > policy.check_every)
         prefixes, prefix_len = _padded(policy.header_prefixes)
-        worker = jnp.arange(b * n) % n
         digits = jnp.stack([k // 100 % 10, k // 10 % 10, k % 10], 1)
         n_digits = 1 + (k >= 10) + (k >= 100)
         digit_ids = jnp.asarray(policy.digit_ids, jnp.int32)[digits]
         digit_ids = jnp.take_along_axis(digit_ids, jnp.clip(jnp.arange(3)[None] + 3 - n_digits[:, None], 0, 2), 1)
         suffix, suffix_len = _padded((policy.header_suffix,))
         check_ids, check_len = _padded((policy.check_ids,))
-        r = b * n
         header, header_len = _concat([(t[:, None], jnp.ones((r,), jnp.int32)), (prefixes[worker], prefix_len[worker]),
                                       (digit_ids, n_digits), (jnp.tile(suffix, (r, 1)), jnp.tile(suffix_len, r)),
                                       (jnp.tile(check_ids, (r, 1)), jnp.where(check, jnp.tile(check_len, r), 0))],
@@ -273,13 +340,15 @@ class HogwildCanvas(Canvas):
         over_budget = w.written + n * policy.chunk > config.gen_length - policy.finisher_tokens
         phase = jnp.where((w.phase == WORK) & eos, OVER, jnp.where((w.phase == WORK) & over_budget, FINISH, w.phase))
         fin, fin_len = _padded((policy.finisher_ids,), policy.chunk)
-        starts_finish = jnp.repeat((w.phase == WORK) & (phase == FINISH), n) & (worker == 0)
+        starts_finish = ((w.phase == WORK) & (phase == FINISH))[request] & (worker == 0)
+        fresh = ends | starts_finish                                            # the row writes into new pages next
         return w.replace(last=jnp.where(working, t, w.last), step_no=k,
                          since_check=jnp.where(check, 0, w.since_check),
                          pending=jnp.where(starts_finish[:, None], jnp.tile(fin, (r, 1)),
                                            jnp.where(ends[:, None], header, w.pending)),
                          n_pending=jnp.where(starts_finish, fin_len[0], jnp.where(ends, header_len, w.n_pending)),
-                         fill=jnp.where(starts_finish, 0, w.fill), phase=phase)
+                         last_page=jnp.where(fresh, -1, w.last_page),
+                         fill=jnp.where(fresh, policy.page_size, w.fill), phase=phase)
 
     def _finisher(self, w: Workers, t, fed, policy: Hogwild, lay, b: int, n: int) -> Workers:
         """Worker 0's row in the finisher: collect its greedy tokens; `finisher_tokens` of them or EOS end it."""
@@ -294,58 +363,32 @@ class HogwildCanvas(Canvas):
     def _answer(self, w: Workers, canvas, lp: int, b: int, n: int) -> jax.Array:
         """`[B, Lp + G]`: the prompt, then the finished steps, each worker's partial step, the finisher's tokens."""
         g = canvas.shape[1] - lp
-        blocks_per = n + 4
-        own = _own_fill(w, b, n)                                                # [B, N]
-        pieces = [(w.tokens[jnp.arange(b) * blocks_per + COMMON, lp:], w.common_len - lp)]
-        for u in range(n):
-            pieces.append((w.tokens[jnp.arange(b) * blocks_per + FIRST_WORKER + u], own[:, u]))
-        pieces.append((w.answer, w.n_answer))
-        text, length = _concat(pieces, g)
+        n_pages = w.owner.shape[1]
+        group = jnp.where(w.owner == COMMON, 0, jnp.where((w.owner >= FIRST_WORKER) & (w.owner < FIRST_WORKER + n),
+                                                          1 + w.owner - FIRST_WORKER, n + 2))
+        key = group * _LAST + w.order
+        local = jnp.argsort(key, axis=1)
+        used = jnp.take_along_axis(group, local, 1) < n + 2
+        view_pages = jnp.where(used, local + (jnp.arange(b) * n_pages)[:, None], -1)
+        text = pages.view_text(w.tokens, w.kv.segment_ids, view_pages, w.skip, g, canvas.dtype.type(0))
+        lengths = pages.page_lengths(w.kv.segment_ids).reshape(b, n_pages)
+        length = jnp.where(used, jnp.take_along_axis(lengths, local, 1), 0).sum(1) - w.skip
+        text, length = _concat([(text, length), (w.answer, w.n_answer)], g)
         answer = jnp.where(jnp.arange(g)[None] < length[:, None], text, canvas[:, lp:])
         return jnp.concatenate([canvas[:, :lp], answer.astype(canvas.dtype)], 1)
 
 
-def _own_fill(w: Workers, b: int, n: int) -> jax.Array:
-    """`[B, N]` each worker's step length (in the finisher worker 0's `fill` counts the finisher block, so
-    its step length is read from the block's written slots)."""
-    blocks_per = n + 4
-    ids = (jnp.arange(b)[:, None] * blocks_per + FIRST_WORKER + jnp.arange(n)[None]).reshape(-1)
-    written = w.kv.segment_ids[ids] > 0
-    s = written.shape[1]
-    return jnp.where(written.any(1), s - jnp.argmax(written[:, ::-1], axis=1), 0).reshape(b, n)
-
-
-def _move_into_common(w: Workers, ends, model, b: int, n: int) -> Workers:
-    """Append each ending step's block to its request's `common` (worker order), keys rotated by common's
-    length; the block is cleared."""
-    config = model.config
-    inv_freq = rope_inv_freq(config.rope_dim, config.rope_theta, config.rope_scaling)
-    kv, tokens, common_len = w.kv, w.tokens, w.common_len
-    blocks_per = n + 4
-    stacked = kv.stacked
-    slots = tokens.shape[1]
-    fill = w.fill
+def _into_common(w: Workers, ends, b: int, n: int) -> Workers:
+    """Each ending step's pages become `common`'s newest (worker order within a step), nothing copied: a moved
+    page's order is `NP + ` the pages moved before it (`next_order` counts them)."""
+    owner, order, next_order = w.owner, w.order, w.next_order
     for u in range(n):
-        moving = ends.reshape(b, n)[:, u]                                        # [B]
-        src = jnp.arange(b) * blocks_per + FIRST_WORKER + u
-        dst = jnp.arange(b) * blocks_per + COMMON
-        length = fill.reshape(b, n)[:, u]
-        j = jnp.arange(slots)[None]
-        target = jnp.where(moving[:, None] & (j < length[:, None]), common_len[:, None] + j, slots)   # [B, S]
-
-        def move(x, rotate):
-            def one(layer):
-                piece = layer[src]                                               # [B, S, Hkv, D]
-                if rotate:
-                    piece = apply_rope(piece, jnp.broadcast_to(common_len[:, None], piece.shape[:2]), inv_freq)
-                return layer.at[dst[:, None], target].set(piece.astype(layer.dtype), mode="drop")
-            return jax.vmap(one)(x) if stacked else tuple(one(layer) for layer in x)
-
-        seg = kv.segment_ids.at[dst[:, None], target].set(1, mode="drop")
-        seg = seg.at[src].set(jnp.where(moving[:, None], 0, seg[src]))
-        kv = kv.replace(k=move(kv.k, True), v=move(kv.v, False), segment_ids=seg)
-        tokens = tokens.at[dst[:, None], target].set(tokens[src], mode="drop")
-        common_len = common_len + jnp.where(moving, length, 0)
-    w_fill = jnp.where(ends, 0, fill)
-    steps_done = w.steps_done + ends.reshape(b, n).sum(1)
-    return w.replace(kv=kv, tokens=tokens, common_len=common_len, fill=w_fill, steps_done=steps_done)
+        moving = ends.reshape(b, n)[:, u]
+        mine = owner == FIRST_WORKER + u                                         # [B, NP]
+        rank = (mine[:, None, :] & (order[:, None, :] < order[:, :, None])).sum(-1)   # its pages before each
+        take = moving[:, None] & mine
+        owner = jnp.where(take, COMMON, owner)
+        order = jnp.where(take, next_order[:, None] + rank, order)
+        next_order = next_order + jnp.where(moving, mine.sum(1), 0)
+    return w.replace(owner=owner, order=order, next_order=next_order,
+                     steps_done=w.steps_done + ends.reshape(b, n).sum(1))

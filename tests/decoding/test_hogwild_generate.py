@@ -155,10 +155,10 @@ def reference(hf, prompt: list[int], s: dict, gen_length: int):
     return common[len(prompt):] + sum(blocks, []) + answer, forwards, seen
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_hogwild_equals_the_uncached_published_loop_on_a_one_layer_model(checkpoint, workers):
+@pytest.mark.parametrize("workers,page_size", [(2, 16), (2, 5), (3, 3)])  # pages fill mid-feed, at step ends
+def test_hogwild_equals_the_uncached_published_loop_on_a_one_layer_model(checkpoint, workers, page_size):
     model, hf = checkpoint
-    s = settings(workers)
+    s = settings(workers, page_size=page_size)
     gen_length = 224
     prompt = list(TOK.encode("Add 2 and 3.\n### Past steps\n\n"))
     expected, forwards, logits = reference(hf, prompt, s, gen_length)

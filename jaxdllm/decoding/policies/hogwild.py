@@ -30,6 +30,7 @@ class Hogwild(Policy):
     step's header. `others_header`, `own_header`: the two constant blocks. `check_ids`, `check_every`: the
     redundancy check opening a step once a worker wrote more than `check_every` tokens since its last one.
     `finisher_ids`, `finisher_tokens`: the s1-style finisher when the budget ends without an EOS (greedy).
+    `page_size`: slots per page of the shared K/V (`jaxdllm/decoding/pages.py`).
     The id sets (`break_ids` ...) are the step-end rule's (module notes); `suppress_ids` are never chosen."""
 
     workers: int = 2
@@ -52,6 +53,7 @@ class Hogwild(Policy):
     sentence_end_ids: tuple[int, ...] = ()
     sentence_newline_ids: tuple[int, ...] = ()
     suppress_ids: tuple[int, ...] = ()
+    page_size: int = 16
     name = "hogwild"
     canvas = "hogwild_canvas"
 
@@ -66,9 +68,10 @@ class Hogwild(Policy):
         if len(self.first_steps) != self.workers or len(self.header_prefixes) != self.workers:
             raise ConfigError(f"first_steps and header_prefixes need one entry per worker ({self.workers}); got "
                               f"{len(self.first_steps)} and {len(self.header_prefixes)}")
-        if len(self.digit_ids) != 10 or not self.finisher_ids or self.finisher_tokens < 1 or self.check_every < 1:
-            raise ConfigError("digit_ids must be the 10 digit ids, finisher_ids non-empty, finisher_tokens and "
-                              "check_every >= 1")
+        if (len(self.digit_ids) != 10 or not self.finisher_ids or self.finisher_tokens < 1 or self.check_every < 1
+                or not isinstance(self.page_size, int) or self.page_size < 1):
+            raise ConfigError("digit_ids must be the 10 digit ids, finisher_ids non-empty, finisher_tokens, "
+                              f"check_every and page_size >= 1 (page_size {self.page_size!r})")
 
     @property
     def chunk(self) -> int:
