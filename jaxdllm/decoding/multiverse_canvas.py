@@ -21,9 +21,13 @@ so a row sees what another wrote in the same forward.
   the position training gives `<Conclusion>` (goal_end + max path length + 1), and it is fed the
   conclusion prefix in the same forward as the last `</Path>`. Nothing is copied or recomputed.
 * **Positions.** Training puts `<Path>` at goal_end + 1 and `<Conclusion>` right after the longest
-  path (`multiverse_layout`); so does this canvas. The published engine feeds "\\n<Path>\\n{k}:" and
-  "<Conclusion>\\n" with the newline at goal_end + 1, one position after training's; this canvas places
-  whatever the policy's prefix is at the training positions (the engine's shift is fixed, not copied).
+  path (`multiverse_layout`). With `newlines=False` (text without separators between tags, as
+  `training/multiverse_parts_cpu.toml` trains) the canvas feeds "<Path>k:" and "<Conclusion>" at exactly
+  those positions: decoding equals the training layout (`tests/decoding/test_multiverse_fork_merge.py`).
+  With `newlines=True` it feeds the published engine's "\\n<Path>\\n{k}:" and "<Conclusion>\\n", the
+  newline at goal_end + 1 and `<Path>` one position after training's: the engine's shift, reproduced (in
+  the published data the separators between paths are outside every span, so later paths see them; a
+  fork engine cannot, whatever it does with positions).
 
 Capacity: a fork that needs more rows than are free waits for rows; one that can never get them (more
 outlines than `max_paths`, no segment left, or no other row running) is not made and the row goes on
@@ -94,7 +98,7 @@ class Forks:
 
 
 def _feeds(policy: Multiverse):
-    return [policy.path_feed(k) for k in range(1, policy.max_paths + 1)] + [tuple(policy.conclusion_prefix)]
+    return [policy.path_feed(k) for k in range(1, policy.max_paths + 1)] + [policy.conclusion_feed()]
 
 
 def _prefix_width(policy: Multiverse) -> int:

@@ -96,8 +96,7 @@ class Scripted(Multiverse):
 
 
 def _policy(**settings):
-    return Scripted(tag_base=101, path_prefix=(TAG["<Path>"],), digit_ids=DIGITS, path_suffix=(COLON,),
-                    conclusion_prefix=(TAG["<Conclusion>"],), **settings)
+    return Scripted(tag_base=101, digit_ids=DIGITS, colon_id=COLON, newlines=False, **settings)
 
 
 def _merged_text(script):
@@ -203,3 +202,10 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
     with torch.no_grad():
         causal = hf(torch.tensor([text]), position_ids=torch.tensor([pos])).logits[0, -1].numpy()
     assert np.abs(causal - plain).max() > 1e-3
+
+
+def test_the_published_engine_feeds_newlines_around_the_path_tag():
+    policy = Multiverse(tag_base=101, digit_ids=DIGITS, colon_id=COLON, newline_id=5)
+    assert policy.path_feed(12) == (5, TAG["<Path>"], 5, DIGITS[1], DIGITS[2], COLON)
+    assert policy.conclusion_feed() == (TAG["<Conclusion>"], 5)
+    assert dataclasses.replace(policy, newlines=False).path_feed(3) == (TAG["<Path>"], DIGITS[3], COLON)

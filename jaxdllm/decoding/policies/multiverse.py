@@ -3,14 +3,14 @@
 path and a merged conclusion are fed first.
 
 The model writes `<Parallel><Goal><Outline>1…</Outline>…</Goal>` sequentially; at `</Goal>` the sequence
-forks into one row per outline, path k starting with `path_prefix + digits(k) + path_suffix`
-(the published engine feeds "\\n<Path>\\n{k}:"); every path ends at `</Path>`, and once all have, the
-parent continues with `conclusion_prefix` (the engine's "<Conclusion>\\n") over all of them. The canvas
-(`jaxdllm/decoding/multiverse_canvas.py`) does the forking; this policy holds the ids and picks tokens
-(argmax, or a sample at the loop's temperature).
+forks into one row per outline, path k fed "\\n<Path>\\n{k}:" first (the published engine; with
+`newlines=False`, "<Path>{k}:"); every path ends at `</Path>`, and once all have, the parent continues with
+"<Conclusion>\\n" (or "<Conclusion>") over all of them. The canvas (`jaxdllm/decoding/multiverse_canvas.py`)
+does the forking; this policy holds the ids and picks tokens (argmax, or a sample at the loop's temperature).
 
 The 12 tags are consecutive ids from `tag_base` in the published order (`TAGS`); Qwen2.5-based
-Multiverse-32B has them at 151665…151676. `settings_for(tokenizer)` reads every id from a tokenizer.
+Multiverse-32B has them at 151665…151676. `settings_for(tokenizer)` reads every id from a tokenizer, and
+`sampler_defaults(checkpoint, "multiverse")` does so from the checkpoint's own tokenizer.
 """
 
 from __future__ import annotations
@@ -29,17 +29,18 @@ TAGS = ("<Think>", "</Think>", "<Parallel>", "</Parallel>", "<Goal>", "</Goal>",
 @dataclasses.dataclass(frozen=True)
 class Multiverse(Policy):
     """`max_paths`: rows each request may fork into at once (its own row aside; nested forks share them).
-    `tag_base`: the id of `<Think>` (the 12 tags follow in `TAGS` order). `path_prefix`, `digit_ids`,
-    `path_suffix`: path k is fed `path_prefix + digits of k + path_suffix`. `conclusion_prefix`: what a
-    merged parent is fed first. `max_blocks`: text segments per request (its prompt's, one per path, one per
-    merge; 0: `2 * max_paths + 2`). `page_size`: slots per page of the shared K/V (`jaxdllm/decoding/pages.py`)."""
+    `tag_base`: the id of `<Think>` (the 12 tags follow in `TAGS` order). `digit_ids`: '0'..'9'; `colon_id`:
+    ':'; `newline_id`: '\\n'. `newlines`: the published engine's prefixes "\\n<Path>\\n{k}:" and
+    "<Conclusion>\\n" (False: "<Path>{k}:" and "<Conclusion>", for models trained without separators).
+    `max_blocks`: text segments per request (its prompt's, one per path, one per merge; 0: `2 * max_paths +
+    2`). `page_size`: slots per page of the shared K/V (`jaxdllm/decoding/pages.py`)."""
 
     max_paths: int = 4
     tag_base: int | None = None
-    path_prefix: tuple[int, ...] = ()
     digit_ids: tuple[int, ...] = ()
-    path_suffix: tuple[int, ...] = ()
-    conclusion_prefix: tuple[int, ...] = ()
+    colon_id: int | None = None
+    newline_id: int | None = None
+    newlines: bool = True
     max_blocks: int = 0
     page_size: int = 16
     name = "multiverse"
@@ -49,18 +50,16 @@ class Multiverse(Policy):
         super().check(config)
         if not isinstance(self.max_paths, int) or isinstance(self.max_paths, bool) or not 1 <= self.max_paths <= 9:
             raise ConfigError(f"max_paths must be an integer in 1..9 (rows a request forks into), got {self.max_paths!r}")
-        if self.tag_base is None:
-            raise ConfigError("policy 'multiverse' needs the tag ids: pass tag_base (the id of <Think>) and the path/"
-                              "conclusion prefixes, e.g. **jaxdllm.decoding.policies.multiverse.settings_for(tokenizer); "
-                              "a Multiverse checkpoint's jaxdllm_sampler.json sets them")
+        if self.tag_base is None or self.colon_id is None or (self.newlines and self.newline_id is None):
+            raise ConfigError("policy 'multiverse' needs the tag ids: pass tag_base (the id of <Think>), digit_ids, "
+                              "colon_id and newline_id, e.g. **jaxdllm.decoding.policies.multiverse.settings_for("
+                              "tokenizer); sampler_defaults(checkpoint, 'multiverse') reads them from its tokenizer")
         if len(self.digit_ids) != 10:
             raise ConfigError(f"digit_ids must be the 10 ids of '0'..'9', got {len(self.digit_ids)}")
-        if not self.path_prefix or not self.conclusion_prefix:
-            raise ConfigError("path_prefix and conclusion_prefix must hold at least the <Path> / <Conclusion> id")
         if not isinstance(self.page_size, int) or self.page_size < 1:
             raise ConfigError(f"page_size must be a positive integer (slots per K/V page), got {self.page_size!r}")
         if self.max_blocks and self.max_blocks < self.max_paths + 2:
-            raise ConfigError(f"max_blocks must be at least max_paths + 2 = {self.max_paths + 2} (the prompt's block, "
+            raise ConfigError(f"max_blocks must be at least max_paths + 2 = {self.max_paths + 2} (the prompt's segment, "
                               f"one per path, the conclusion's), got {self.max_blocks}")
 
     @property
@@ -74,7 +73,13 @@ class Multiverse(Policy):
 
     def path_feed(self, k: int) -> tuple[int, ...]:
         """The ids path `k` (1-based) is fed first."""
-        return tuple(self.path_prefix) + tuple(self.digit_ids[int(d)] for d in str(k)) + tuple(self.path_suffix)
+        newline = (self.newline_id,) if self.newlines else ()
+        return (newline + (self.tag("<Path>"),) + newline + tuple(self.digit_ids[int(d)] for d in str(k))
+                + (self.colon_id,))
+
+    def conclusion_feed(self) -> tuple[int, ...]:
+        """The ids a merged parent is fed first."""
+        return (self.tag("<Conclusion>"),) + ((self.newline_id,) if self.newlines else ())
 
     def choose(self, logits: jax.Array, key: jax.Array, temperature: float, *, path: jax.Array,
                position: jax.Array) -> jax.Array:
@@ -85,21 +90,18 @@ class Multiverse(Policy):
         return choose_tokens(logits[:, None], temperature, key)[:, 0]
 
 
-def settings_for(tokenizer, *, engine_newlines: bool = False) -> dict:
+def settings_for(tokenizer) -> dict:
     """The policy's id settings read from `tokenizer` (a `jaxdllm.Tokenizer` whose vocabulary holds the 12
-    tags as single tokens, consecutive in `TAGS` order). `engine_newlines`: feed the published engine's
-    "\\n<Path>\\n{k}:" and "<Conclusion>\\n" (Multiverse-32B's data); False: "<Path>{k}:" and "<Conclusion>"."""
+    tags as single tokens, consecutive in `TAGS` order, and single-token digits, ':' and '\\n')."""
     def one(text):
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) != 1:
             raise ConfigError(f"{text!r} is {len(ids)} tokens in this tokenizer, not one: it is not a Multiverse "
-                              "tokenizer (the tags and digits must be single tokens)")
+                              "tokenizer (the tags, digits, ':' and newline must be single tokens)")
         return int(ids[0])
 
     tags = [one(t) for t in TAGS]
     if tags != list(range(tags[0], tags[0] + len(TAGS))):
         raise ConfigError(f"the tags' ids {tags} are not consecutive in the published order")
-    newline = (one("\n"),) if engine_newlines else ()
-    return dict(tag_base=tags[0], path_prefix=newline + (tags[8],) + newline,
-                digit_ids=tuple(one(str(d)) for d in range(10)), path_suffix=(one(":"),),
-                conclusion_prefix=(tags[10],) + newline)
+    return dict(tag_base=tags[0], digit_ids=tuple(one(str(d)) for d in range(10)), colon_id=one(":"),
+                newline_id=one("\n"))
