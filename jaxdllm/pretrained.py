@@ -24,6 +24,7 @@ from jaxdllm import sharding as shd
 from jaxdllm.checkpoint.folder import Checkpoint, checkpoint_of
 from jaxdllm.checkpoint.hf_io import from_pretrained
 from jaxdllm.decoding.config import SamplerConfig, settings_for_preset
+from jaxdllm.decoding.policies.base import Policy
 from jaxdllm.models.config import ModelConfig
 from jaxdllm.models.families import family_of
 from jaxdllm.models.transformer import Transformer
@@ -70,6 +71,11 @@ def checkpoint_settings(path: CheckpointLike, preset: str | None = None) -> tupl
     # what the family reads from the checkpoint's own files (e.g. a generation_config.json), under
     # what jaxdllm_sampler.json sets
     settings = {**family.sampler_settings(checkpoint.folder, model_config, preset), **checkpoint.sampler_defaults}
+    # under both, what the preset's policy reads from the checkpoint's tokenizer (Multiverse's tag ids)
+    policy = SamplerConfig.preset(preset).policy
+    if (type(policy).tokenizer_settings is not Policy.tokenizer_settings
+            and (checkpoint.folder / "tokenizer.json").is_file()):
+        settings = {**policy.tokenizer_settings(Tokenizer.from_pretrained(checkpoint)), **settings}
     # a setting of another policy (the checkpoint's Jacobi `window` under `--preset lookahead`) is left out
     return preset, _fitted(preset, model_config, settings_for_preset(preset, settings))
 

@@ -400,6 +400,12 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # while they are the verifier's argmax: sequential greedy decoding under the order, token for token.
     "assd": SamplerConfig(gen_length=256, policy="assd", drafts=5, temperature=1.0, stop_at_eos=True),
     "assd-greedy": SamplerConfig(gen_length=256, policy="assd", drafts=5, temperature=0.0, stop_at_eos=True),
+    # Multiverse: a model that writes <Parallel> blocks forks at </Goal> into one row per outline (up to 4 at
+    # once) and merges at the last </Path>, over shared K/V pages; the published engine's prefixes
+    # ("\n<Path>\n{k}:", "<Conclusion>\n") and its example's temperature 0.6 (top_p 0.95 is not applied). The
+    # ids come from the checkpoint's tokenizer (`sampler_defaults`).
+    "multiverse": SamplerConfig(gen_length=256, policy="multiverse", max_paths=4, newlines=True, temperature=0.6,
+                                stop_at_eos=True),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -441,4 +447,5 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "wedlm-quality": "WeDLM's quality setting: one mask per step, window 6, distance penalty 0.1, T 0.1",
     "assd": "ASSD: an any-order model (XLNet) drafts 5 ranks, verifies them; its sequential sampling, T 1 (exact)",
     "assd-greedy": "ASSD at T 0: drafts kept while they are the verifier's argmax: sequential greedy (exact)",
+    "multiverse": "Multiverse: fork at </Goal> into one row per outline over shared K/V pages, merge at </Path>, T 0.6",
 }

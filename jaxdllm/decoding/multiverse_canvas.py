@@ -138,7 +138,8 @@ class MultiverseCanvas(Canvas):
             raise ConfigError("policy='multiverse' decodes causal models of the shared Transformer (Qwen2/Llama "
                               f"families); this model has attention={model_config.attention!r}")
         policy = config.policy
-        if policy.tag_base is not None and policy.tag_base + len(TAGS) > model_config.vocab_size:
+        policy.check_ids()
+        if policy.tag_base + len(TAGS) > model_config.vocab_size:
             raise ConfigError(f"tag_base {policy.tag_base} + 12 tags is past the vocabulary ({model_config.vocab_size})")
 
     def max_steps(self, config, lay=None) -> int:

@@ -50,7 +50,7 @@ GEN_LENGTH = 150   # the longest answer (4 parts, Multiverse format) is 131 toke
 
 
 def configs(tokenizer) -> dict:
-    return {"multiverse": SamplerConfig(gen_length=GEN_LENGTH, policy="multiverse", prompt_bucket=8,
+    return {"multiverse": SamplerConfig(gen_length=GEN_LENGTH, policy="multiverse", prompt_bucket=8, newlines=False,
                                         stop_at_eos=True, **settings_for(tokenizer)),
             "sequential": SamplerConfig(gen_length=GEN_LENGTH, policy="jacobi", window=1, prompt_bucket=8,
                                         stop_at_eos=True)}

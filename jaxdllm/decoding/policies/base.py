@@ -118,6 +118,11 @@ class Policy(Settings):
                 raise ConfigError(f"steps ({config.steps}) cannot exceed gen_length ({config.gen_length}{whole}): "
                                   f"every step commits at least one token; pass steps={width} or fewer")
 
+    def tokenizer_settings(self, tokenizer) -> dict:
+        """Settings this policy reads from a checkpoint's tokenizer (`sampler_defaults` passes the checkpoint's
+        own): ids of its special texts (Multiverse's tags, Hogwild!'s headers); none by default."""
+        return {}
+
     def load_params(self, directory, config):
         """This policy's parameters for `config`, read from a checkpoint `directory` (policies with
         `needs_params` override it; e.g. Learn2PD reads its filter file there)."""

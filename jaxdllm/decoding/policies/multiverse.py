@@ -50,17 +50,21 @@ class Multiverse(Policy):
         super().check(config)
         if not isinstance(self.max_paths, int) or isinstance(self.max_paths, bool) or not 1 <= self.max_paths <= 9:
             raise ConfigError(f"max_paths must be an integer in 1..9 (rows a request forks into), got {self.max_paths!r}")
-        if self.tag_base is None or self.colon_id is None or (self.newlines and self.newline_id is None):
-            raise ConfigError("policy 'multiverse' needs the tag ids: pass tag_base (the id of <Think>), digit_ids, "
-                              "colon_id and newline_id, e.g. **jaxdllm.decoding.policies.multiverse.settings_for("
-                              "tokenizer); sampler_defaults(checkpoint, 'multiverse') reads them from its tokenizer")
-        if len(self.digit_ids) != 10:
+        if self.digit_ids and len(self.digit_ids) != 10:
             raise ConfigError(f"digit_ids must be the 10 ids of '0'..'9', got {len(self.digit_ids)}")
         if not isinstance(self.page_size, int) or self.page_size < 1:
             raise ConfigError(f"page_size must be a positive integer (slots per K/V page), got {self.page_size!r}")
         if self.max_blocks and self.max_blocks < self.max_paths + 2:
             raise ConfigError(f"max_blocks must be at least max_paths + 2 = {self.max_paths + 2} (the prompt's segment, "
                               f"one per path, the conclusion's), got {self.max_blocks}")
+
+    def check_ids(self) -> None:
+        """Raise `ConfigError` unless the ids are set (the canvas asks before decoding: a preset has none)."""
+        if (self.tag_base is None or self.colon_id is None or len(self.digit_ids) != 10
+                or (self.newlines and self.newline_id is None)):
+            raise ConfigError("policy 'multiverse' needs the tag ids: pass tag_base (the id of <Think>), digit_ids, "
+                              "colon_id and newline_id, e.g. **jaxdllm.decoding.policies.multiverse.settings_for("
+                              "tokenizer); sampler_defaults(checkpoint, 'multiverse') reads them from its tokenizer")
 
     @property
     def blocks(self) -> int:
@@ -76,6 +80,10 @@ class Multiverse(Policy):
         newline = (self.newline_id,) if self.newlines else ()
         return (newline + (self.tag("<Path>"),) + newline + tuple(self.digit_ids[int(d)] for d in str(k))
                 + (self.colon_id,))
+
+    def tokenizer_settings(self, tokenizer) -> dict:
+        """The tag, digit, ':' and newline ids of `tokenizer` (`settings_for`)."""
+        return settings_for(tokenizer)
 
     def conclusion_feed(self) -> tuple[int, ...]:
         """The ids a merged parent is fed first."""
