@@ -54,18 +54,21 @@ _LAST = 1 << 20  # sort keys: owner group * _LAST + the page's order
 class Workers:
     """The canvas's carry (rows R = B * N; NP pages of P slots per request; C the widest feed).
 
-    kv: the pages' `KVCache` (`[B * NP, P]`). tokens: `[B * NP, P]`. owner, order: `[B, NP]` each page's part
+    kv: the pages' `KVCache` (`[B * NP, P]`). tokens, fed_at: `[B * NP, P]` each slot's token and the request's
+    forward count when it was fed. owner, order: `[B, NP]` each page's part
     of the text (`FREE`, `COMMON`, ...) and its place in it (a page's id; `NP` + a count for the pages moved
     into `common`). next_page, next_order: `[B]` the next page to hand out, the next moved page's order. last_page: `[R]`
     the row's newest page (-1: it starts a new one); fill: `[R]` slots used in it. step_no: `[R]` k of the
     current step. since_check: `[R]` tokens since the last redundancy check. last: `[R]` the sampled token to
     feed. pending, n_pending: `[R, C]`, `[R]` a prefix to feed instead. tail: `[R, 2]` the two last fed
     tokens. phase, written, skip: `[B]` (`WORK`, `FINISH`, `OVER`; tokens the workers fed; the prompt's
-    length). answer, n_answer: `[B, finisher_tokens]`, `[B]` the finisher's tokens. steps_done: `[B]`.
+    length). answer, answer_at, n_answer: `[B, finisher_tokens]` (twice), `[B]` the finisher's tokens and the
+    forward that chose each. steps_done: `[B]`.
     """
 
     kv: object
     tokens: jax.Array
+    fed_at: jax.Array
     owner: jax.Array
     order: jax.Array
     next_page: jax.Array
@@ -82,6 +85,7 @@ class Workers:
     written: jax.Array
     skip: jax.Array
     answer: jax.Array
+    answer_at: jax.Array
     n_answer: jax.Array
     steps_done: jax.Array
 
@@ -197,7 +201,7 @@ class HogwildCanvas(Canvas):
         first, first_len = _padded(policy.first_steps, c)
         r = b * n
         zeros = jnp.zeros((r,), jnp.int32)
-        workers = Workers(kv=kv, tokens=tokens, owner=owner, order=jnp.broadcast_to(local, (b, n_pages)).astype(jnp.int32),
+        workers = Workers(kv=kv, tokens=tokens, fed_at=jnp.zeros_like(tokens), owner=owner, order=jnp.broadcast_to(local, (b, n_pages)).astype(jnp.int32),
                           next_page=jnp.full((b,), prompt_pages + others_pages + own_pages, jnp.int32),
                           next_order=jnp.full((b,), n_pages, jnp.int32), last_page=jnp.full((r,), -1, jnp.int32),
                           fill=jnp.full((r,), size, jnp.int32), step_no=jnp.ones((r,), jnp.int32), since_check=zeros,
@@ -205,6 +209,7 @@ class HogwildCanvas(Canvas):
                           tail=jnp.zeros((r, 2), jnp.int32), phase=jnp.where(valid, WORK, OVER).astype(jnp.int32),
                           written=jnp.zeros((b,), jnp.int32), skip=real,
                           answer=jnp.zeros((b, policy.finisher_tokens), jnp.int32),
+                          answer_at=jnp.zeros((b, policy.finisher_tokens), jnp.int32),
                           n_answer=jnp.zeros((b,), jnp.int32), steps_done=jnp.zeros((b,), jnp.int32))
         canvas = jnp.concatenate([prompt, jnp.full((b, config.gen_length), lay.eos_id, prompt.dtype)], 1)
         return DecodeState.start(canvas, jnp.zeros_like(canvas, bool), done=~valid, key=key, cache=workers,
@@ -290,8 +295,10 @@ class HogwildCanvas(Canvas):
                                            lambda _: forward(1), None)
         else:
             kv, logits, ids = forward(1)
-        tokens = w.tokens.at[jnp.where(valid, target_page, b * n_pages), g % size].set(ids, mode="drop")
         nfe = state.nfe + (w.phase != OVER).astype(jnp.int32)
+        where = (jnp.where(valid, target_page, b * n_pages), g % size)
+        tokens = w.tokens.at[where].set(ids, mode="drop")
+        fed_at = w.fed_at.at[where].set(nfe[request][:, None], mode="drop")
         key = jax.random.fold_in(state.key, state.step)
         sampled = policy.choose(logits, key, config.temperature, worker=worker, step=state.step)
         greedy = policy.choose(logits, key, 0.0, worker=worker, step=state.step)
@@ -301,19 +308,23 @@ class HogwildCanvas(Canvas):
         tail = jnp.where(feeding[:, None], jnp.stack([before, last_fed], 1), w.tail)
         last_page = jnp.where(need > 0, new_pages + need - 1, w.last_page)
         working = feeding & (phase == WORK)
-        w = w.replace(kv=kv, tokens=tokens, fill=pages.after_write(w.fill, fed, size), last_page=last_page, tail=tail,
+        w = w.replace(kv=kv, tokens=tokens, fed_at=fed_at, fill=pages.after_write(w.fill, fed, size), last_page=last_page, tail=tail,
                       n_pending=jnp.where(feeding, 0, w.n_pending),
                       since_check=w.since_check + jnp.where(working, fed, 0),
                       written=w.written + jnp.where(working, fed, 0).reshape(b, n).sum(1))
-        w = self._finisher(w, greedy, feeding & (phase == FINISH), policy, lay, b, n)
+        w = self._finisher(w, greedy, feeding & (phase == FINISH), nfe, policy, lay, b, n)
         w = self._work(w, sampled, working, policy, lay, config, b, n)
         done = state.done | (w.phase == OVER)
 
-        def answers(canvas):  # the text of the requests that ended now (rare: computed only then)
-            return jnp.where((done & ~state.done)[:, None], self._answer(w, canvas, lp, b, n), canvas)
+        def answers(outputs):  # the text of the requests that ended now (rare: computed only then)
+            canvas, steps = outputs
+            text, decided = self._answer(w, canvas, steps, nfe, lp, b, n)
+            now = (done & ~state.done)[:, None]
+            return jnp.where(now, text, canvas), jnp.where(now, decided, steps)
 
-        canvas = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x, state.canvas)
-        return state.replace(canvas=canvas, nfe=nfe, done=done, cache=w)
+        canvas, commit_step = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x,
+                                           (state.canvas, state.commit_step))
+        return state.replace(canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, cache=w)
 
     def _work(self, w: Workers, t, working, policy: Hogwild, lay, config, b: int, n: int) -> Workers:
         """The workers' samples: a step that ends joins `common` and the worker is fed its next header; EOS ends
@@ -350,32 +361,38 @@ class HogwildCanvas(Canvas):
                          last_page=jnp.where(fresh, -1, w.last_page),
                          fill=jnp.where(fresh, policy.page_size, w.fill), phase=phase)
 
-    def _finisher(self, w: Workers, t, fed, policy: Hogwild, lay, b: int, n: int) -> Workers:
+    def _finisher(self, w: Workers, t, fed, nfe, policy: Hogwild, lay, b: int, n: int) -> Workers:
         """Worker 0's row in the finisher: collect its greedy tokens; `finisher_tokens` of them or EOS end it."""
         fed_b = fed.reshape(b, n)[:, 0]
         t_b = t.reshape(b, n)[:, 0]
-        answer = w.answer.at[jnp.arange(b), jnp.where(fed_b, w.n_answer, policy.finisher_tokens)].set(t_b, mode="drop")
+        at = (jnp.arange(b), jnp.where(fed_b, w.n_answer, policy.finisher_tokens))
+        answer = w.answer.at[at].set(t_b, mode="drop")
+        w = w.replace(answer_at=w.answer_at.at[at].set(nfe, mode="drop"))
         n_answer = w.n_answer + fed_b.astype(jnp.int32)
         over = fed_b & ((t_b == lay.eos_id) | (n_answer >= policy.finisher_tokens))
         last = jnp.where(jnp.repeat(fed_b, n) & (jnp.arange(b * n) % n == 0), t, w.last)
         return w.replace(answer=answer, n_answer=n_answer, phase=jnp.where(over, OVER, w.phase), last=last)
 
-    def _answer(self, w: Workers, canvas, lp: int, b: int, n: int) -> jax.Array:
-        """`[B, Lp + G]`: the prompt, then the finished steps, each worker's partial step, the finisher's tokens."""
+    def _answer(self, w: Workers, canvas, steps, nfe, lp: int, b: int, n: int):
+        """`(tokens [B, Lp + G], commit steps)`: the prompt, then the finished steps, each worker's partial step,
+        the finisher's tokens, EOS after them. A sampled token was chosen by the forward before the one that fed
+        it (the workers' first steps, fed by the first forward: 1); the finisher's by the forward that chose
+        it; EOS and the filler by the last."""
         g = canvas.shape[1] - lp
         n_pages = w.owner.shape[1]
         group = jnp.where(w.owner == COMMON, 0, jnp.where((w.owner >= FIRST_WORKER) & (w.owner < FIRST_WORKER + n),
                                                           1 + w.owner - FIRST_WORKER, n + 2))
-        key = group * _LAST + w.order
-        local = jnp.argsort(key, axis=1)
+        local = jnp.argsort(group * _LAST + w.order, axis=1)
         used = jnp.take_along_axis(group, local, 1) < n + 2
         view_pages = jnp.where(used, local + (jnp.arange(b) * n_pages)[:, None], -1)
-        text = pages.view_text(w.tokens, w.kv.segment_ids, view_pages, w.skip, g, canvas.dtype.type(0))
-        lengths = pages.page_lengths(w.kv.segment_ids).reshape(b, n_pages)
-        length = jnp.where(used, jnp.take_along_axis(lengths, local, 1), 0).sum(1) - w.skip
-        text, length = _concat([(text, length), (w.answer, w.n_answer)], g)
-        answer = jnp.where(jnp.arange(g)[None] < length[:, None], text, canvas[:, lp:])
-        return jnp.concatenate([canvas[:, :lp], answer.astype(canvas.dtype)], 1)
+        text, length = pages.view_text(w.tokens, w.kv.segment_ids, view_pages, w.skip, g, 0)
+        fed, _ = pages.view_text(w.fed_at, w.kv.segment_ids, view_pages, w.skip, g, 0)
+        text, total = _concat([(text, length), (w.answer, w.n_answer)], g)
+        decided, _ = _concat([(jnp.maximum(fed - 1, 1), length), (w.answer_at, w.n_answer)], g)
+        inside = jnp.arange(g)[None] < total[:, None]
+        answer = jnp.where(inside, text, canvas[:, lp:])
+        return (jnp.concatenate([canvas[:, :lp], answer.astype(canvas.dtype)], 1),
+                jnp.concatenate([steps[:, :lp], jnp.where(inside, decided, nfe[:, None])], 1))
 
 
 def _into_common(w: Workers, ends, b: int, n: int) -> Workers:

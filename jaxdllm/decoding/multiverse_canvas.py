@@ -62,7 +62,8 @@ GO_ON, THEN_WAIT, THEN_FORK, THEN_PATH_DONE, THEN_FREE = range(5)
 class Forks:
     """The canvas's carry beside `DecodeState` (rows R = B * K; NP pages of P slots per request; V = NP).
 
-    kv: the pages' `KVCache` (`[B * NP, P]` slots). tokens: `[B * NP, P]`. status, after: `[R]` the row's
+    kv: the pages' `KVCache` (`[B * NP, P]` slots). tokens, fed_at: `[B * NP, P]` each slot's token and the
+    request's forward count when it was fed. status, after: `[R]` the row's
     state and what it does after its next feed. view_pages, view_offsets: `[R, V]` (-1: unused); n_view:
     `[R]`. fill: `[R]` slots used in the row's last page; pos: `[R]` position of its next fed token. pending,
     n_pending: `[R, C]`, `[R]` a prefix to feed; last: `[R]` its sampled token. parent, path: `[R]` the
@@ -73,6 +74,7 @@ class Forks:
 
     kv: object
     tokens: jax.Array
+    fed_at: jax.Array
     status: jax.Array
     after: jax.Array
     view_pages: jax.Array
@@ -191,7 +193,7 @@ class MultiverseCanvas(Canvas):
         view_pages = jnp.where(root[:, None] & (entry < rows_of(used)[:, None]), rows_of(base)[:, None] + entry, -1)
         view_offsets = jnp.where(view_pages >= 0, entry * size, 0)
         zeros = jnp.zeros((r,), jnp.int32)
-        forks = Forks(kv=out.cache, tokens=tokens, status=jnp.where(root & rows_of(valid), ACTIVE, FREE).astype(jnp.int32),
+        forks = Forks(kv=out.cache, tokens=tokens, fed_at=jnp.zeros_like(tokens), status=jnp.where(root & rows_of(valid), ACTIVE, FREE).astype(jnp.int32),
                       after=zeros, view_pages=view_pages, view_offsets=view_offsets,
                       n_view=jnp.where(root, rows_of(used), 0), fill=jnp.where(root, rows_of(real - (used - 1) * size), 0),
                       pos=jnp.where(root, rows_of(real), 0), pending=jnp.zeros((r, width), jnp.int32), n_pending=zeros,
@@ -245,6 +247,7 @@ class MultiverseCanvas(Canvas):
         fed_request = jax.ops.segment_sum(feeding.astype(jnp.int32), request, b) > 0
         nfe = state.nfe + (fed_request & ~state.done).astype(jnp.int32)
         f = f.replace(kv=kv, tokens=f.tokens.at[blocks, where].set(ids, mode="drop"), view_pages=view_pages,
+                      fed_at=f.fed_at.at[blocks, where].set(jnp.repeat(nfe, k)[:, None], mode="drop"),
                       view_offsets=view_offsets, n_view=n_view, next_page=next_page,
                       fill=pages.after_write(f.fill, n, size), pos=f.pos + n,
                       n_pending=jnp.where(feeding, 0, f.n_pending),
@@ -265,13 +268,20 @@ class MultiverseCanvas(Canvas):
         stuck = ~(f.status == ACTIVE).reshape(b, k).any(1)   # nothing left to run (a capacity dead end)
         spent = f.written + k * width > config.gen_length    # another step could overflow the answer
         done = state.done | (root_status == FINISHED) | (root_status == FREE) | stuck | spent
-        def answers(canvas):  # the merged text of the requests that ended now (rare: computed only then)
-            text = pages.view_text(f.tokens, f.kv.segment_ids, f.view_pages[::k], f.skip, config.gen_length, lay.eos_id)
-            return jnp.where((done & ~state.done)[:, None],
-                             jnp.concatenate([canvas[:, :lp], text.astype(canvas.dtype)], 1), canvas)
+        def answers(outputs):  # the merged text of the requests that ended now (rare: computed only then)
+            canvas, steps = outputs
+            text, length = pages.view_text(f.tokens, f.kv.segment_ids, f.view_pages[::k], f.skip, config.gen_length,
+                                           lay.eos_id)
+            fed, _ = pages.view_text(f.fed_at, f.kv.segment_ids, f.view_pages[::k], f.skip, config.gen_length, 0)
+            # a token was chosen by the forward before the one that fed it; EOS and the filler by the last
+            decided = jnp.where(jnp.arange(config.gen_length)[None] < length[:, None], fed - 1, nfe[:, None])
+            now = (done & ~state.done)[:, None]
+            return (jnp.where(now, jnp.concatenate([canvas[:, :lp], text.astype(canvas.dtype)], 1), canvas),
+                    jnp.where(now, jnp.concatenate([steps[:, :lp], decided], 1), steps))
 
-        canvas = jax.lax.cond((done & ~state.done).any(), answers, lambda c: c, state.canvas)
-        return state.replace(canvas=canvas, nfe=nfe, done=done, cache=f)
+        canvas, commit_step = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x,
+                                           (state.canvas, state.commit_step))
+        return state.replace(canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, cache=f)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _sampled(self, f: Forks, token, takes, policy: Multiverse, lay) -> Forks:

@@ -61,9 +61,10 @@ def page_lengths(segment_ids: jax.Array) -> jax.Array:
 
 
 def view_text(tokens: jax.Array, segment_ids: jax.Array, view_pages: jax.Array, skip: jax.Array, width: int,
-              fill_value) -> jax.Array:
-    """`[B, width]` each row's text: the written slots of its view's pages in order (`view_pages [B, V]`,
-    -1 unused), the first `skip [B]` tokens dropped, `fill_value` after the end."""
+              fill_value) -> tuple[jax.Array, jax.Array]:
+    """`(text [B, width], length [B])`: each row's text, the written slots of its view's pages in order
+    (`view_pages [B, V]`, -1 unused; `tokens [NP, P]` any per-slot value), the first `skip [B]` dropped,
+    `fill_value` after the end; its length (at most `width`)."""
     b, v = view_pages.shape
     page = tokens.shape[1]
     used = view_pages >= 0
@@ -72,4 +73,5 @@ def view_text(tokens: jax.Array, segment_ids: jax.Array, view_pages: jax.Array, 
     index = jnp.cumsum(written, 1) - 1 - skip[:, None]                         # place in the text
     index = jnp.where(written & (index >= 0) & (index < width), index, width)
     out = jnp.full((b, width), fill_value, tokens.dtype)
-    return out.at[jnp.arange(b)[:, None], index].set(ids, mode="drop")
+    length = jnp.clip(written.sum(1) - skip, 0, width).astype(jnp.int32)
+    return out.at[jnp.arange(b)[:, None], index].set(ids, mode="drop"), length

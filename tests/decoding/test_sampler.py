@@ -74,6 +74,16 @@ POLICY_SETUP = {
     "wedlm": {"model": "wedlm", "config": {"window": 8}},
     # an any-order model (XLNet's two streams), its MASK id outside the prompts' ids (tests/decoding/test_assd.py)
     "assd": {"model": "xlnet", "config": {"drafts": 3}},
+    # rows that read each other's text over shared K/V pages; a random model writes no tags (it decodes on, one
+    # row per request) and ends no step: the fork/merge and step-end mechanics are in
+    # tests/decoding/test_multiverse_fork_merge.py and test_hogwild_generate.py
+    "multiverse": {"model": "causal", "config": {"tag_base": 40, "digit_ids": tuple(range(20, 30)), "colon_id": 30,
+                                                 "newline_id": 31, "page_size": 4}},
+    "hogwild": {"model": "causal", "config": {
+        "first_steps": ((10, 11), (12, 13)), "header_prefixes": ((14,), (15,)), "header_suffix": (16,),
+        "digit_ids": tuple(range(20, 30)), "others_header": (17,), "own_header": (18,), "check_ids": (19,),
+        "finisher_ids": (30, 31), "finisher_tokens": 2, "newline_start_ids": (5,), "newline_end_ids": (5,),
+        "page_size": 4}},
 }
 
 
