@@ -51,3 +51,28 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec,
     out = jax.nn.dot_product_attention(q, k, v, mask=visible, scale=scale, implementation="xla")
     any_visible = jnp.moveaxis(visible.any(-1), 1, -1)[..., None]  # [B|1, Lq, 1, 1]
     return jnp.where(any_visible, out, 0).astype(q.dtype)
+
+
+def reference_attention_lse(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec,
+                            *, scale: float | None = None, **_tuning) -> tuple[jax.Array, jax.Array]:
+    """`reference_attention` and the log-sum-exp of each query's visible scores.
+
+    Returns:
+      `(out [B, Lq, H, D] in q.dtype, lse [B, Lq, H] float32)`, `lse` in natural log of the scaled scores;
+      a query with no visible key returns zeros and `lse = -inf` (it adds nothing to a logsumexp merge).
+    """
+    b, lq, h, d = q.shape
+    lk, hkv = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    scores = jnp.einsum("bqhgd,bkhd->bhgqk", _group_queries(q, hkv), k, preferred_element_type=jnp.float32) * scale
+    visible = mask.dense(lq, lk)[:, None, None]  # [B|1, 1, 1, Lq, Lk]
+    scores = jnp.where(visible, scores, -jnp.inf)
+    any_visible = visible.any(-1)
+    top = jax.lax.stop_gradient(jnp.where(any_visible, scores.max(-1), 0.0))
+    weights = jnp.exp(scores - top[..., None])                        # 0 where masked
+    total = weights.sum(-1)
+    probs = weights / jnp.where(any_visible, total, 1.0)[..., None]
+    lse = jnp.where(any_visible, top + jnp.log(jnp.where(any_visible, total, 1.0)), -jnp.inf)
+    out = jnp.einsum("bhgqk,bkhd->bqhgd", probs.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    lse = jnp.broadcast_to(lse, (b, hkv, h // hkv, lq))
+    return out.reshape(b, lq, h, d).astype(q.dtype), jnp.moveaxis(lse.reshape(b, h, lq), 1, 2)

@@ -46,7 +46,7 @@ from jax.sharding import PartitionSpec
 from jaxdllm import sharding as shd
 from jaxdllm.attention.mask import _PER_ROW_PREFIX, MaskSpec
 from jaxdllm.attention.platform import target_platform
-from jaxdllm.attention.reference import xla_attention
+from jaxdllm.attention.reference import reference_attention_lse, xla_attention
 
 MIN_QUERY_BLOCK = 128   # shorter query blocks go to XLA
 _LANES = 128            # splash tiles keys (and its backward, queries) in multiples of 128
@@ -119,15 +119,17 @@ class _Plan:
         return splash.BlockSizes(block_q=bq, block_kv=bk, block_kv_compute=bk, block_q_dkv=bq, block_kv_dkv=bk,
                                  block_kv_dkv_compute=bk, block_q_dq=bq, block_kv_dq=bk)
 
-    def kernel(self, heads: int, dynamic_mask: jax.Array | None = None):
-        """A single-device splash kernel over `heads` query heads."""
+    def kernel(self, heads: int, dynamic_mask: jax.Array | None = None, save_residuals: bool = False):
+        """A single-device splash kernel over `heads` query heads (with `save_residuals`, it also returns
+        the rows' logsumexp, forward only)."""
         if self.static_mask is not None:
             mask = splash.MultiHeadMask([splash.NumpyMask(self.static_mask)] * heads)
             return splash.make_splash_mha_single_device(mask, block_sizes=self.block_sizes(),
-                                                        interpret=self.interpret)
+                                                        interpret=self.interpret, save_residuals=save_residuals)
         mask = jnp.broadcast_to(dynamic_mask, (heads, self.q_pad, self.kv_pad))
         return _with_static_flag(splash.make_splash_mha_single_device(mask, block_sizes=self.block_sizes(),
-                                                                       interpret=self.interpret))
+                                                                       interpret=self.interpret,
+                                                                       save_residuals=save_residuals))
 
 
 def _dynamic_masks(mask: MaskSpec, plan: _Plan) -> jax.Array:
@@ -151,15 +153,17 @@ def _pad_to(x: jax.Array, length: int, axis: int, value=0) -> jax.Array:
     return jnp.pad(x, widths, constant_values=value)
 
 
-def _local_attention(plan: _Plan, q, k, v, q_seg, kv_seg, dyn):
+def _local_attention(plan: _Plan, q, k, v, q_seg, kv_seg, dyn, with_lse: bool = False):
     """Splash over local blocks: q `[b, H, q_pad, D]`, k/v `[b, Hkv, kv_pad, D]`, segment ids
-    `[b, q_pad]` / `[b, kv_pad]` (or None), dynamic masks `[b or 1, q_pad, kv_pad]` (or None)."""
+    `[b, q_pad]` / `[b, kv_pad]` (or None), dynamic masks `[b or 1, q_pad, kv_pad]` (or None). With
+    `with_lse`: `(out, logsumexp [b, H, q_pad])`."""
     heads = q.shape[1]
 
     def one(q, k, v, q_seg, kv_seg, dyn):
-        kernel = plan.kernel(heads, dyn)
+        kernel = plan.kernel(heads, dyn, save_residuals=with_lse)
         seg = None if q_seg is None else splash.SegmentIds(q=q_seg, kv=kv_seg)
-        return kernel(q, k, v, segment_ids=seg)
+        out = kernel(q, k, v, segment_ids=seg)
+        return (out[0], out[1][0]) if with_lse else out
 
     seg_axis = None if q_seg is None else 0
     dyn_axis = 0 if plan.per_row_mask else None
@@ -188,11 +192,35 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
       `[B, Lq, H, D]` in `q.dtype`; zeros for a query with no visible key. Differentiable in q,
       k, v. Query blocks shorter than `MIN_QUERY_BLOCK` are computed by `xla_attention`.
     """
+    mask.check_inputs(q, k)
+    if q.shape[1] < MIN_QUERY_BLOCK:
+        return xla_attention(q, k, v, mask, scale=scale)
+    return _splash(q, k, v, mask, scale=scale, interpret=interpret, with_lse=False)
+
+
+def splash_attention_lse(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *, scale: float | None = None,
+                         interpret: bool | None = None, min_query_block: int = MIN_QUERY_BLOCK,
+                         **_tuning) -> tuple[jax.Array, jax.Array]:
+    """`splash_attention` and the log-sum-exp of each query's visible scores (splash's saved residuals), for
+    merging partial attentions (`jaxdllm.attention.shared_view`).
+
+    Args: as `splash_attention`; `min_query_block`: shorter query blocks take the dense path
+      (`reference_attention_lse`), as `splash_attention` sends them to XLA.
+
+    Returns:
+      `(out [B, Lq, H, D] in q.dtype, lse [B, Lq, H] float32)`, `lse` in natural log of the scaled scores,
+      `-inf` for a query with no visible key (its output is zeros). Forward only on the kernel: splash has
+      no VJP for its residuals (the dense path is differentiable).
+    """
+    mask.check_inputs(q, k)
+    if q.shape[1] < min_query_block:
+        return reference_attention_lse(q, k, v, mask, scale=scale)
+    return _splash(q, k, v, mask, scale=scale, interpret=interpret, with_lse=True)
+
+
+def _splash(q, k, v, mask: MaskSpec, *, scale, interpret, with_lse: bool):
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
-    mask.check_inputs(q, k)
-    if lq < MIN_QUERY_BLOCK:
-        return xla_attention(q, k, v, mask, scale=scale)
     interpret = target_platform() != "tpu" if interpret is None else interpret
     q_off, prefix = _static_int(mask.q_offset), _static_int(mask.prefix_len)
     static = q_off is not None and (prefix is not None or mask.kind not in _PER_ROW_PREFIX)
@@ -213,7 +241,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         q_seg = _pad_to(jnp.asarray(mask.q_segment_ids, jnp.int32), q_pad, 1)
         kv_seg = _pad_to(jnp.asarray(mask.kv_segment_ids, jnp.int32), kv_pad, 1)
 
-    run = functools.partial(_local_attention, plan)
+    run = functools.partial(_local_attention, plan, with_lse=with_lse)
     args = (qt, kt, vt, q_seg, kv_seg, dyn)
     mesh = jax.sharding.get_abstract_mesh()
     explicit = False
@@ -226,16 +254,23 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *
         explicit = shd.explicit_context() is not None
         if explicit:  # Explicit axes type every array's sharding: shard_map wants exactly its in_specs
             args = tuple(None if x is None else jax.reshard(x, spec) for x, spec in zip(args, in_specs))
-        run = jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=qkv, check_vma=False)
-    out = run(*args)[:, :, :lq]
+        out_specs = (qkv, PartitionSpec(rows, heads, None)) if with_lse else qkv
+        run = jax.shard_map(run, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    out = run(*args)
+    out, lse = out if with_lse else (out, None)
+    out = out[:, :, :lq]
     out = jnp.swapaxes(out, 1, 2)                                                  # [B, Lq, H, D]
     if explicit:  # back to the caller's sharding of q
         out = jax.reshard(out, jax.typeof(q).sharding.spec)
     if mask.q_segment_ids is not None or not static:  # rows that may see no key at all
         any_visible = mask.dense(lq, lk).any(-1)                                   # [B or 1, Lq]
-        out = jnp.where(any_visible[:, :, None, None], out, 0)
     else:  # a structural mask: queries past the keys, or past a tree with no prefix before it
-        any_visible = plan.static_mask[:lq, :lk].any(-1)
-        if not any_visible.all():
-            out = jnp.where(any_visible[None, :, None, None], out, 0)
-    return out.astype(q.dtype)
+        any_visible = plan.static_mask[:lq, :lk].any(-1)[None]
+    if not (isinstance(any_visible, np.ndarray) and any_visible.all()):
+        out = jnp.where(any_visible[:, :, None, None], out, 0)
+    if not with_lse:
+        return out.astype(q.dtype)
+    lse = jnp.swapaxes(lse[:, :, :lq].astype(jnp.float32), 1, 2)                  # [B, Lq, H]
+    if explicit:
+        lse = jax.reshard(lse, PartitionSpec(*(tuple(jax.typeof(q).sharding.spec) + (None,) * 3)[:3]))
+    return out.astype(q.dtype), jnp.where(any_visible[:, :, None], lse, -jnp.inf)

@@ -275,12 +275,14 @@ def _forward(q, k, v, aux, st: _Static):
     )(*args)
 
 
-def _backward(q, k, v, o, lse, do, aux, st: _Static):
+def _backward(q, k, v, o, lse, do, aux, st: _Static, dlse=None):
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
     bq, bk = st.blocks.block_q_bwd, st.blocks.block_k_bwd
     g = st.groups
     delta = jnp.einsum("bqhd,bqhd->bhq", o.astype(jnp.float32), do.astype(jnp.float32))
+    if dlse is not None:  # d lse2 / d s_j = log2(e) p_j: the kernels' ds = p (dp - delta) takes it in delta
+        delta = delta - LOG2E * dlse.astype(jnp.float32)
     seg_args = [aux["q_seg"], aux["kv_seg"]] if st.has_segments else []
     common = dict(interpret=st.interpret, compiler_params=_compiler_params(st, bq, bk))
 
@@ -348,6 +350,28 @@ def _flash_bwd(st: _Static, res, do):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash_lse(q, k, v, aux, st: _Static):
+    """`(o, lse)`: the output and the forward's base-2 log-sum-exp `[b, h, lq]` (+inf: no visible key)."""
+    return tuple(_forward(q, k, v, aux, st))
+
+
+def _flash_lse_fwd(q, k, v, aux, st: _Static):
+    o, lse = _forward(q, k, v, aux, st)
+    return (o, lse), (q, k, v, o, lse, aux)
+
+
+def _flash_lse_bwd(st: _Static, res, cotangents):
+    q, k, v, o, lse, aux = res
+    do, dlse = cotangents
+    dq, dk, dv = _backward(q, k, v, o, lse, do, aux, st, dlse=jnp.where(jnp.isfinite(lse), dlse, 0.0))
+    zero_aux = jax.tree.map(lambda x: np.zeros(x.shape, jax.dtypes.float0), aux)
+    return dq, dk, dv, zero_aux
+
+
+_flash_lse.defvjp(_flash_lse_fwd, _flash_lse_bwd)
+
+
 # ------------------------------------------------------------------------------ public API --
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
@@ -381,6 +405,37 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     if shd.explicit_context() is not None:  # the kernel does not read shardings: run it with the axes in Auto mode
         body = functools.partial(flash_attention, scale=scale, block_sizes=block_sizes, interpret=interpret)
         return jax.sharding.auto_axes(body, out_sharding=jax.typeof(q).sharding.spec)(q, k, v, mask)
+    (qp, kp, vp), aux, st = _prepare(q, k, v, mask, scale, block_sizes, interpret)
+    return _flash(qp, kp, vp, aux, st)[:, :q.shape[1]]
+
+
+def flash_attention_lse(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
+                        scale: float | None = None, block_sizes: BlockSizes | None = None,
+                        interpret: bool | None = None) -> tuple[jax.Array, jax.Array]:
+    """`flash_attention` and the log-sum-exp of each query's visible scores (for merging partial
+    attentions, `jaxdllm.attention.shared_view`). Same arguments.
+
+    Returns:
+      `(out [B, Lq, H, D] in q.dtype, lse [B, Lq, H] float32)`: `lse` in natural log (the kernel's
+      base-2 value divided by log2 e) of the scaled scores; `-inf` for a query with no visible key
+      (its output is zeros). Differentiable in q, k, v through both outputs (the backward kernels
+      take the lse cotangent in their `delta`).
+    """
+    if shd.explicit_context() is not None:
+        body = functools.partial(flash_attention_lse, scale=scale, block_sizes=block_sizes, interpret=interpret)
+        spec = jax.typeof(q).sharding.spec
+        lse_spec = jax.sharding.PartitionSpec(*(tuple(spec) + (None,) * 3)[:3])
+        return jax.sharding.auto_axes(body, out_sharding=(spec, lse_spec))(q, k, v, mask)
+    (qp, kp, vp), aux, st = _prepare(q, k, v, mask, scale, block_sizes, interpret)
+    lq = q.shape[1]
+    out, lse2 = _flash_lse(qp, kp, vp, aux, st)
+    lse2 = jnp.swapaxes(lse2[:, :, :lq], 1, 2)                                   # [B, Lq, H]
+    lse = jnp.where(jnp.isfinite(lse2), lse2 / LOG2E, -jnp.inf)
+    return out[:, :lq], lse
+
+
+def _prepare(q, k, v, mask: MaskSpec, scale, block_sizes, interpret):
+    """The padded `(q, k, v)`, the schedules and mask parameters (`aux`) and the static settings of one call."""
     blocks = block_sizes or BlockSizes.for_mask(mask, q.dtype)
     b, lq, h, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
@@ -408,8 +463,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: MaskSpec, *,
     if has_seg:
         aux["q_seg"] = _pad_axis1(jnp.asarray(mask.q_segment_ids, jnp.int32), q_pad, -1)
         aux["kv_seg"] = _pad_axis1(jnp.asarray(mask.kv_segment_ids, jnp.int32), k_pad, -2)
-    out = _flash(_pad_axis1(q, q_pad), _pad_axis1(k, k_pad), _pad_axis1(v, k_pad), aux, st)
-    return out[:, :lq]
+    return (_pad_axis1(q, q_pad), _pad_axis1(k, k_pad), _pad_axis1(v, k_pad)), aux, st
 
 
 def _pad_schedule(sched: tiles.TileSchedule, n_outer: int) -> tiles.TileSchedule:
