@@ -237,8 +237,10 @@ def _forward_terms(c: ModelConfig, o: RunOptions, mesh: MeshShape, rows: int, sh
     heads_local = _local(c.num_heads, mesh.tensor)
     kv_per_slot = sum(_local(c.kv_shape(i)[0], mesh.tensor) * c.kv_shape(i)[1] for i in range(c.num_layers))
     scores = 0 if _flash(o, platform) else rows * heads_local * shape.widest * shape.attended * 4
+    gathered = 2 * rows * shape.gathered * (kv_per_slot // c.num_layers) * act  # one layer's gathered view (K and V)
     return {"kv_cache": 2 * rows * shape.kv_slots * kv_per_slot * act,
-            "activations": rows * shape.widest * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act + scores}
+            "activations": (rows * shape.widest * (4 * c.embed_dim + 3 * _local(c.mlp_dim, mesh.tensor)) * act + scores
+                            + gathered)}
 
 
 def training_plan(config: ModelConfig, recipe, *, mesh: MeshShape = MeshShape(), rows: int | None = None,

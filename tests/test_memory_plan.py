@@ -82,6 +82,13 @@ CANVAS_PLANS = {
     "apd_canvas": [("apd", "tiny-llada", TINY, {"verifier": "tiny-qwen2"})],
     "wedlm_canvas": [("wedlm", "tiny-wedlm", TINY, {})],
     "assd_canvas": [("assd", "tiny-xlnet", {**TINY, "num_kv_heads": TINY["num_heads"]}, {})],  # XLNet: no GQA
+    # the ids a checkpoint's tokenizer would give (any below the vocabulary)
+    "multiverse_canvas": [("multiverse", "tiny-qwen2", TINY, {}, {"tag_base": 40, "digit_ids": tuple(range(20, 30)),
+                                                                   "colon_id": 30, "newline_id": 31})],
+    "hogwild_canvas": [("hogwild", "tiny-qwen2", TINY, {}, {
+        "first_steps": ((10,) * 12, (11,) * 8), "header_prefixes": ((14,) * 4, (15,) * 3), "header_suffix": (16,) * 4,
+        "digit_ids": tuple(range(20, 30)), "others_header": (17,) * 9, "own_header": (18,) * 11,
+        "check_ids": (19,) * 12, "finisher_ids": (30,) * 30})],
 }
 
 
@@ -104,10 +111,10 @@ def test_every_canvas_plan_is_within_20_percent_of_xla(canvas, case):
 
     if case is None:
         pytest.fail(f"canvas {canvas!r} is registered but has no entry in CANVAS_PLANS (tests/test_memory_plan.py)")
-    preset, model, overrides, companions = case
+    preset, model, overrides, companions, *settings = case
     config = ModelConfig.preset(model, **overrides)
     canvas_length = {"block_length": config.block_size} if canvas == "uniform_canvas" else {}
-    sampler = SamplerConfig.preset(preset, gen_length=256, **canvas_length)
+    sampler = SamplerConfig.preset(preset, gen_length=256, **canvas_length, **(settings[0] if settings else {}))
     assert sampler.canvas.name == canvas
     configs = {role: ModelConfig.preset(name, **TINY) for role, name in companions.items()}
     second = abstract_model(next(iter(configs.values()))) if configs else None

@@ -20,11 +20,17 @@ The dense path (`reference`, `xla`) scores every view entry and takes one softma
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
+from jaxdllm.attention.mask import MaskSpec
 from jaxdllm.errors import ConfigError
+
+Rotate = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 @struct.dataclass
@@ -71,15 +77,16 @@ class SharedView:
         return self.replace(kv_segment_ids=seg)
 
 
-def check_view(q: jax.Array, rel: jax.Array, k_blocks: jax.Array, view: SharedView) -> None:
+def check_view(q: jax.Array, positions: jax.Array, k_blocks: jax.Array, view: SharedView) -> None:
     """Raise `ConfigError` unless the shapes of a `view_attention` call agree."""
-    r, v, length, h, d = q.shape
+    r, length, h, d = q.shape
     nb, s, hkv, dk = k_blocks.shape
+    v = view.view_blocks.shape[1]
     if view.view_blocks.shape != (r, v) or view.view_offsets.shape != (r, v):
-        raise ConfigError(f"view_blocks/view_offsets must be [R={r}, V={v}]; got {view.view_blocks.shape} and "
+        raise ConfigError(f"view_blocks/view_offsets must be [R={r}, V]; got {view.view_blocks.shape} and "
                           f"{view.view_offsets.shape}")
-    if rel.shape != (r, v, length):
-        raise ConfigError(f"relative positions must be [R, V, L] = {(r, v, length)}; got {rel.shape}")
+    if positions.shape != (r, length):
+        raise ConfigError(f"query positions must be [R, L] = {(r, length)}; got {positions.shape}")
     if dk != d or h % hkv:
         raise ConfigError(f"queries [.., H={h}, D={d}] do not fit keys [.., Hkv={hkv}, D={dk}]")
     if view.kv_segment_ids is None or view.kv_segment_ids.shape != (nb, s):
@@ -97,27 +104,41 @@ def view_visible(rel: jax.Array, view: SharedView, num_slots: int) -> jax.Array:
             & (j[None, None, None, :] <= rel[:, :, :, None]))
 
 
-def view_attention_dense(q: jax.Array, rel: jax.Array, k_blocks: jax.Array, v_blocks: jax.Array, view: SharedView,
-                         *, scale: float | None = None) -> jax.Array:
+def view_attention_dense(q: jax.Array, positions: jax.Array, k_blocks: jax.Array, v_blocks: jax.Array,
+                         view: SharedView, rotate: Rotate, *, scale: float | None = None) -> jax.Array:
     """The definition: every view entry's scores, one float32 softmax over all of them.
 
+    Where a forward has more query rows than an entry has keys (a wide prefill over pages), the gathered
+    keys are rotated by their entry's offset instead of the queries per entry: the same scores
+    (`<R_p q, R_(o+j) k>`), fewer rotated values; the stored keys are never changed.
+
     Args:
-      q: `[R, V, L, H, D]` each row's queries, rotated for each view entry (position `rel`).
-      rel: `[R, V, L]` int32 query positions relative to each entry's slot 0 (`position - offset`).
+      q: `[R, L, H, D]` each row's queries before RoPE.
+      positions: `[R, L]` int32 their logical positions.
       k_blocks, v_blocks: `[NB, S, Hkv, D]` the shared blocks (keys at block-local positions).
       view: the rows' views (`kv_segment_ids` filled in).
+      rotate: RoPE, `(x [N, L, heads, D], positions [N, L]) -> x rotated`.
 
     Returns:
       `[R, L, H, D]` in `q.dtype`; a query with no visible slot returns zeros.
     """
-    check_view(q, rel, k_blocks, view)
-    r, v, length, h, d = q.shape
+    check_view(q, positions, k_blocks, view)
+    r, length, h, d = q.shape
+    v = view.view_blocks.shape[1]
     s, hkv = k_blocks.shape[1], k_blocks.shape[2]
     scale = d ** -0.5 if scale is None else scale
+    rel = positions[:, None, :] - view.view_offsets[:, :, None]                    # [R, V, L]
     blocks = jnp.maximum(view.view_blocks, 0)
-    k, vals = k_blocks[blocks], v_blocks[blocks]                                   # [R, V, S, Hkv, D]
-    qg = q.reshape(r, v, length, hkv, h // hkv, d)
-    scores = jnp.einsum("relhgd,reshd->rhgles", qg, k.astype(q.dtype), preferred_element_type=jnp.float32) * scale
+    k, vals = k_blocks[blocks].astype(q.dtype), v_blocks[blocks]                   # [R, V, S, Hkv, D]
+    if length * h > s * hkv:  # rotate the gathered keys by their entry's offset, the queries once
+        offsets = jnp.broadcast_to(view.view_offsets[:, :, None], (r, v, s)).reshape(r * v, s)
+        k = rotate(k.reshape(r * v, s, hkv, d), offsets).reshape(r, v, s, hkv, d)
+        qg = rotate(q, positions).reshape(r, length, hkv, h // hkv, d)
+        scores = jnp.einsum("rlhgd,reshd->rhgles", qg, k, preferred_element_type=jnp.float32) * scale
+    else:  # rotate each query once per entry, to its position relative to the entry's slot 0
+        q_rep = jnp.broadcast_to(q[:, None], (r, v, length, h, d)).reshape(r * v, length, h, d)
+        qg = rotate(q_rep, rel.reshape(r * v, length)).reshape(r, v, length, hkv, h // hkv, d)
+        scores = jnp.einsum("relhgd,reshd->rhgles", qg, k, preferred_element_type=jnp.float32) * scale
     visible = jnp.moveaxis(view_visible(rel, view, s), 1, 2)[:, None, None]         # [R, 1, 1, L, V, S]
     scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min).reshape(r, hkv, h // hkv, length, v * s)
     probs = jax.nn.softmax(scores, axis=-1)
@@ -127,17 +148,135 @@ def view_attention_dense(q: jax.Array, rel: jax.Array, k_blocks: jax.Array, v_bl
     return out.reshape(r, length, h, d).astype(q.dtype)
 
 
-def view_attention(q: jax.Array, rel: jax.Array, k_blocks: jax.Array, v_blocks: jax.Array, view: SharedView, *,
-                   impl: str = "auto", scale: float | None = None) -> jax.Array:
+def check_consecutive(positions: jax.Array, q_valid: jax.Array) -> None:
+    """Raise `ConfigError` unless each row's valid queries sit at consecutive positions by column (query i at
+    `p0 + i`), which the kernel path (`view_attention_merged`) needs; checked only on concrete arrays (under
+    `jit` the caller's layout is trusted)."""
+    if isinstance(positions, jax.core.Tracer) or isinstance(q_valid, jax.core.Tracer):
+        return
+    pos, ok = np.asarray(positions), np.asarray(q_valid, bool)
+    anchor = pos - np.arange(pos.shape[1])[None]
+    first = anchor[np.arange(pos.shape[0]), ok.argmax(1)]
+    bad = ok & (anchor != first[:, None])
+    if bad.any():
+        row = int(np.nonzero(bad.any(1))[0][0])
+        raise ConfigError("shared-view attention on the kernels needs each row's valid queries at consecutive "
+                          f"positions (query i at p0 + i); row {row} has positions {pos[row].tolist()} "
+                          f"(valid {ok[row].tolist()})")
+
+
+def merge_partials(outs: jax.Array, lses: jax.Array) -> jax.Array:
+    """Merge attentions over disjoint key sets by their log-sum-exps (the segment-wise softmax merge).
+
+    Args:
+      outs: `[E, ...rows, D]` each part's normalised output (zeros where it saw no key).
+      lses: `[E, ...rows]` each part's natural-log log-sum-exp of its scaled visible scores, `-inf` where it saw
+        no key.
+
+    Returns:
+      `[...rows, D]` float32: `sum_e exp(lse_e - m) out_e / sum_e exp(lse_e - m)` with `m` the largest finite
+      lse; a part with `lse = -inf` weighs exactly 0, and a row where every part is empty returns zeros (no
+      `inf - inf`, no 0/0: the shift is 0 there and the denominator is replaced by 1).
+    """
+    lses = lses.astype(jnp.float32)
+    top = lses.max(0)
+    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))   # the shift cancels; no gradient through it
+    weights = jnp.exp(lses - top)                                           # exp(-inf) = 0 for empty parts
+    total = weights.sum(0)
+    num = (weights[..., None] * outs.astype(jnp.float32)).sum(0)
+    seen = total > 0
+    return jnp.where(seen[..., None], num / jnp.where(seen, total, 1.0)[..., None], 0.0)
+
+
+def _lse_backend(name: str):
+    """`fn(q, k, v, mask, *, scale, **options) -> (out, lse)` of a backend (imported lazily: the kernels)."""
+    if name == "reference":
+        from jaxdllm.attention.reference import reference_attention_lse
+        return reference_attention_lse
+    if name == "pallas":
+        from jaxdllm.attention.triton_flash import flash_attention_lse
+        return flash_attention_lse
+    if name == "splash":
+        from jaxdllm.attention.tpu_splash import splash_attention_lse
+        return splash_attention_lse
+    raise ConfigError(f"no log-sum-exp variant of attention backend {name!r}; merge backends: {MERGE_BACKENDS}")
+
+
+MERGE_BACKENDS = ("reference", "pallas", "splash")
+
+
+def view_attention_merged(q: jax.Array, positions: jax.Array, k_blocks: jax.Array, v_blocks: jax.Array,
+                          view: SharedView, rotate: Rotate, *, impl: str = "pallas", scale: float | None = None,
+                          **options) -> jax.Array:
+    """The kernel path: each view entry attended on its own, then merged by log-sum-exp.
+
+    Every (row, entry) pair becomes one row of a single batched call of a backend's lse variant (`impl`, one of
+    `MERGE_BACKENDS`; `reference` is there to test the merge on a CPU): the entry's block as keys, slots
+    written and the entry in use as `kv_segment_ids`, and `MaskSpec(kind="causal", q_offset=p0 - offset)`
+    where `p0` is the row's query 0's position (vmapped over the pairs, each with its own offset). A
+    negative `q_offset` (the entry lies wholly after the queries) leaves those queries no visible key: they
+    get zeros and `lse = -inf`, which `merge_partials` weighs 0. Rotation is chosen as in
+    `view_attention_dense` (queries per entry, or the gathered keys by their offset when that is fewer values).
+
+    Requires each row's valid queries (`view.q_valid`) at consecutive positions (query i at `p0 + i`, `p0`
+    taken from the first valid one; `check_consecutive`, on concrete inputs). A padding query's output is
+    that of a query at `p0 + i` (unused: its K/V are not written).
+
+    Same arguments and result as `view_attention_dense`; `options` go to the backend (`block_sizes`,
+    `interpret`, splash's `min_query_block`). Differentiable on `reference` and `pallas`; splash's residuals
+    are forward only.
+    """
+    check_view(q, positions, k_blocks, view)
+    check_consecutive(positions, view.q_valid)
+    fn = _lse_backend(impl)
+    r, length, h, d = q.shape
+    v = view.view_blocks.shape[1]
+    nb, s, hkv, _ = k_blocks.shape
+    first = jnp.argmax(view.q_valid, axis=1)                                       # 0 for a row with none
+    p0 = jnp.take_along_axis(positions, first[:, None], 1)[:, 0] - first.astype(positions.dtype)
+    q_offset = (p0[:, None] - view.view_offsets).astype(jnp.int32).reshape(r * v)  # query 0 relative to slot 0
+    used = view.view_blocks >= 0
+    blocks = jnp.maximum(view.view_blocks, 0).reshape(r * v)
+    k, vals = k_blocks[blocks].astype(q.dtype), v_blocks[blocks]                   # [R*V, S, Hkv, D]
+    kv_seg = ((view.kv_segment_ids[blocks] != 0) & used.reshape(r * v, 1)).astype(jnp.int32)
+    if length * h > s * hkv:  # rotate the gathered keys by their entry's offset, the queries once
+        offsets = jnp.broadcast_to(view.view_offsets.reshape(r * v, 1), (r * v, s))
+        k = rotate(k, offsets)
+        q_rot = jnp.broadcast_to(rotate(q, positions)[:, None], (r, v, length, h, d)).reshape(r * v, length, h, d)
+    else:  # rotate each query once per entry, to its position relative to the entry's slot 0
+        rel = (positions[:, None, :] - view.view_offsets[:, :, None]).reshape(r * v, length)
+        q_rep = jnp.broadcast_to(q[:, None], (r, v, length, h, d)).reshape(r * v, length, h, d)
+        q_rot = rotate(q_rep, rel)
+    q_seg = jnp.ones((1, length), jnp.int32)
+
+    def one(q1, k1, v1, offset, seg1):
+        mask = MaskSpec(kind="causal", q_offset=offset, q_segment_ids=q_seg, kv_segment_ids=seg1[None])
+        out, lse = fn(q1[None], k1[None], v1[None], mask, scale=scale, **options)
+        return out[0], lse[0]
+
+    outs, lses = jax.vmap(one)(q_rot, k, vals.astype(q.dtype), q_offset, kv_seg)   # [R*V, L, H, D], [R*V, L, H]
+    merged = merge_partials(jnp.moveaxis(outs.reshape(r, v, length, h, d), 1, 0),
+                            jnp.moveaxis(lses.reshape(r, v, length, h), 1, 0))
+    return merged.astype(q.dtype)
+
+
+def view_attention(q: jax.Array, positions: jax.Array, k_blocks: jax.Array, v_blocks: jax.Array, view: SharedView,
+                   rotate: Rotate, *, impl: str = "auto", scale: float | None = None, **options) -> jax.Array:
     """Attention of each row over its view of the shared blocks; `[R, L, H, D]`.
 
-    Same arguments as `view_attention_dense`. `impl`: an attention backend name (`jaxdllm.attention.backends`);
-    the dense backends (`reference`, `xla`) and, elsewhere than on an accelerator, `auto` take the dense path.
+    Same arguments as `view_attention_dense`. `impl`: an attention backend name (`jaxdllm.attention.backends`),
+    resolved as `attend` resolves it (`auto`: per platform). The dense backends (`reference`, `xla`) take the
+    dense path; the kernels (`pallas`, `splash`) the merge path (`view_attention_merged`, which needs each row's
+    valid queries at consecutive positions), with `options` passed to the kernel. `cudnn` cannot express a
+    view's mask.
     """
     from jaxdllm.attention.backends import resolve_impl  # backends imports the kernels; keep this module light
 
     chosen = resolve_impl(impl)
     if chosen in ("reference", "xla"):
-        return view_attention_dense(q, rel, k_blocks, v_blocks, view, scale=scale)
-    raise ConfigError(f"shared-view attention runs on the dense backends ('reference', 'xla'); got impl={impl!r} "
-                      f"({chosen!r})")
+        return view_attention_dense(q, positions, k_blocks, v_blocks, view, rotate, scale=scale)
+    if chosen in ("pallas", "splash"):
+        return view_attention_merged(q, positions, k_blocks, v_blocks, view, rotate, impl=chosen, scale=scale,
+                                     **options)
+    raise ConfigError(f"shared-view attention runs on 'reference', 'xla' (dense) and 'pallas', 'splash' (per-entry "
+                      f"kernels merged by log-sum-exp); got impl={impl!r} ({chosen!r})")

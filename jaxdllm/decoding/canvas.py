@@ -52,6 +52,8 @@ class Footprint:
       logits: positions whose float32 logits a step keeps.
       logit_copies: float32 `[logits, V]` buffers a step keeps (logits, probabilities, ...).
       companions: the second models the canvas or its policy runs.
+      gathered: K/V slots one layer of the widest forward gathers (rows reading views of shared pages copy
+        each view's keys and values, `jaxdllm.attention.shared_view`); 0 for a cache read in place.
     """
 
     canvas: int
@@ -61,6 +63,7 @@ class Footprint:
     logits: int
     logit_copies: int = 2
     companions: tuple[CompanionFootprint, ...] = ()
+    gathered: int = 0
 
 
 class Canvas(abc.ABC):

@@ -406,6 +406,11 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # ids come from the checkpoint's tokenizer (`sampler_defaults`).
     "multiverse": SamplerConfig(gen_length=256, policy="multiverse", max_paths=4, newlines=True, temperature=0.6,
                                 stop_at_eos=True),
+    # Hogwild! Inference: two workers share one cache, each seeing the other's newest tokens; a step ends at a
+    # blank line after a sentence and joins the common history; the redundancy check every 256 tokens; EOS
+    # ends the problem, else the greedy 16-token finisher. Greedy (the published loop samples where the model's
+    # generation config does). The texts come from the checkpoint's tokenizer (`sampler_defaults`).
+    "hogwild": SamplerConfig(gen_length=256, policy="hogwild", workers=2, check_every=256, finisher_tokens=16),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -448,4 +453,5 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "assd": "ASSD: an any-order model (XLNet) drafts 5 ranks, verifies them; its sequential sampling, T 1 (exact)",
     "assd-greedy": "ASSD at T 0: drafts kept while they are the verifier's argmax: sequential greedy (exact)",
     "multiverse": "Multiverse: fork at </Goal> into one row per outline over shared K/V pages, merge at </Path>, T 0.6",
+    "hogwild": "Hogwild!: 2 workers over one shared cache, steps joining a common history, the finisher at the end",
 }

@@ -142,17 +142,19 @@ class HogwildCanvas(Canvas):
                 or _MODELS.get(type(model_config), Transformer) is not Transformer):
             raise ConfigError("policy='hogwild' decodes causal models of the shared Transformer (Qwen2/Llama "
                               f"families); this model has attention={model_config.attention!r}")
+        config.policy.check_texts()
 
     def max_steps(self, config, lay=None) -> int:
         return config.gen_length + config.policy.finisher_tokens + 2  # every work step writes a token per worker
 
     def footprint(self, model_config, config, prompt_len: int) -> Footprint:
-        """Per request: its pages; N rows of the widest feed, each reading every page."""
+        """Per request: its pages; N rows of the widest feed, each gathering every page (their scores: the feed
+        against every page)."""
         policy = config.policy
         slots = _num_pages(policy, prompt_len, config.gen_length) * policy.page_size
         return Footprint(canvas=prompt_len + config.gen_length, kv_slots=slots,
-                         widest=max(prompt_len, policy.workers * policy.chunk), attended=policy.workers * slots,
-                         logits=policy.workers)
+                         widest=max(prompt_len, policy.workers * policy.chunk), attended=slots,
+                         logits=policy.workers, gathered=policy.workers * slots)
 
     # -- the loop ------------------------------------------------------------------------------
     def init(self, model, prompt, view, key, lay, config, valid, policy_params=None) -> DecodeState:

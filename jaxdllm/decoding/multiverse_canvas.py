@@ -148,12 +148,13 @@ class MultiverseCanvas(Canvas):
         return config.gen_length + 2  # every step feeds a token of some row of every running request
 
     def footprint(self, model_config, config, prompt_len: int) -> Footprint:
-        """Per request: its pages, `1 + max_paths` rows of the widest prefix, each reading every page."""
+        """Per request: its pages, `1 + max_paths` rows of the widest prefix, each gathering every page."""
         policy = config.policy
         slots = _num_pages(policy, prompt_len, config.gen_length) * policy.page_size
         rows = 1 + policy.max_paths
         return Footprint(canvas=prompt_len + config.gen_length, kv_slots=slots,
-                         widest=max(prompt_len, rows * _prefix_width(policy)), attended=rows * slots, logits=rows)
+                         widest=max(prompt_len, rows * _prefix_width(policy)), attended=slots, logits=rows,
+                         gathered=rows * slots)
 
     def comparison_presets(self, preset: str, gen_length: int, defaults: dict) -> dict:
         """The model's own next-token decoding of the Multiverse text (Jacobi with a window of 1) and the

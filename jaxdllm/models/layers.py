@@ -178,8 +178,8 @@ class Attention(nnx.Module):
 
     def _over_shared_blocks(self, q, k, v, positions, view: SharedView, inv_freq, kv_cache):
         """Attention over shared cache blocks (`jaxdllm.attention.shared_view`): this forward's keys are
-        rotated at their block-local slots and written into `view.write_block`; each query is rotated once
-        per view entry, to its position relative to the entry's slot 0 (keys never move)."""
+        rotated at their block-local slots and written into `view.write_block`; the view's blocks are read at
+        their offsets (stored keys never move)."""
         if kv_cache is None:
             raise ConfigError("a SharedView forward reads and writes shared cache blocks: pass the blocks' KVCache")
         cache_k, cache_v = kv_cache
@@ -187,12 +187,8 @@ class Attention(nnx.Module):
         k = apply_rope(k, view.key_slots(), inv_freq)
         cache_k = cache_k.at[blocks, slots].set(k.astype(cache_k.dtype), mode="drop")
         cache_v = cache_v.at[blocks, slots].set(v.astype(cache_v.dtype), mode="drop")
-        r, length, h, d = q.shape
-        entries = view.view_blocks.shape[1]
-        rel = positions[:, None, :] - view.view_offsets[:, :, None]               # [R, V, L]
-        q_rep = jnp.broadcast_to(q[:, None], (r, entries, length, h, d)).reshape(r * entries, length, h, d)
-        q_rot = apply_rope(q_rep, rel.reshape(r * entries, length), inv_freq).reshape(r, entries, length, h, d)
-        out = view_attention(q_rot, rel, cache_k.astype(q.dtype), cache_v.astype(q.dtype), view,
+        rotate = lambda x, at: apply_rope(x, at, inv_freq)  # noqa: E731
+        out = view_attention(q, positions, cache_k.astype(q.dtype), cache_v.astype(q.dtype), view, rotate,
                              impl=self.attention_impl)
         return self.o(out), (cache_k, cache_v)
 

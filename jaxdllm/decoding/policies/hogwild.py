@@ -61,17 +61,21 @@ class Hogwild(Policy):
         super().check(config)
         if not isinstance(self.workers, int) or not 2 <= self.workers <= 4:
             raise ConfigError(f"workers must be 2, 3 or 4, got {self.workers!r}")
-        if not self.first_steps:
-            raise ConfigError("policy 'hogwild' needs its pre-tokenized texts: pass "
-                              "**jaxdllm.decoding.hogwild_format.settings_for(tokenizer, HogwildFormat(...)) "
-                              "(the first steps, headers, checks and the step-end id sets)")
-        if len(self.first_steps) != self.workers or len(self.header_prefixes) != self.workers:
+        if self.first_steps and (len(self.first_steps) != self.workers or len(self.header_prefixes) != self.workers):
             raise ConfigError(f"first_steps and header_prefixes need one entry per worker ({self.workers}); got "
                               f"{len(self.first_steps)} and {len(self.header_prefixes)}")
-        if (len(self.digit_ids) != 10 or not self.finisher_ids or self.finisher_tokens < 1 or self.check_every < 1
-                or not isinstance(self.page_size, int) or self.page_size < 1):
-            raise ConfigError("digit_ids must be the 10 digit ids, finisher_ids non-empty, finisher_tokens, "
-                              f"check_every and page_size >= 1 (page_size {self.page_size!r})")
+        if (self.finisher_tokens < 1 or self.check_every < 1 or not isinstance(self.page_size, int)
+                or self.page_size < 1):
+            raise ConfigError("finisher_tokens, check_every and page_size must be >= 1, got "
+                              f"{self.finisher_tokens}, {self.check_every}, {self.page_size!r}")
+
+    def check_texts(self) -> None:
+        """Raise `ConfigError` unless the pre-tokenized texts are set (the canvas asks before decoding)."""
+        if not self.first_steps or len(self.digit_ids) != 10 or not self.finisher_ids:
+            raise ConfigError("policy 'hogwild' needs its pre-tokenized texts: pass "
+                              "**jaxdllm.decoding.hogwild_format.settings_for(tokenizer, HogwildFormat(...)) (the first "
+                              "steps, headers, checks and the step-end id sets); sampler_defaults(checkpoint, 'hogwild') "
+                              "reads them from its tokenizer")
 
     @property
     def chunk(self) -> int:
