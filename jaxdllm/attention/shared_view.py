@@ -9,13 +9,21 @@ the lengths before); Multiverse gives every path of a `<Parallel>` the same offs
 same position) and a merged conclusion reads all of them.
 
 Nothing is re-rotated. RoPE rotations compose, `<R_p q, R_(o+j) k> = <R_(p-o) q, R_j k>`, so the
-query at position p is rotated once per view entry, to `p - o` (the published fast kernel's choice);
-the caller (the model's attention layer, which owns RoPE) passes those rotated queries. A slot is
-visible to a query iff it is written (segment id != 0) and `o + j <= p`: causal by logical position.
-Views therefore equal a plain causal forward over the view's text laid out contiguously at those
-positions (`tests/attention/test_shared_view.py` and the model tests check exactly that).
+query at position p is rotated once per view entry, to `p - o` (the published fast kernel's choice), or,
+where a forward is wider than a block, the gathered keys by their entry's offset; the caller (the model's
+attention layer, which owns RoPE) passes RoPE as `rotate`. A slot is visible to a query iff it is
+written (segment id != 0) and `o + j <= p`: causal by logical position. Views therefore equal a plain
+causal forward over the view's text laid out contiguously at those positions
+(`tests/attention/test_shared_view.py` and the model tests check exactly that).
 
-The dense path (`reference`, `xla`) scores every view entry and takes one softmax over all of them.
+Two paths, chosen by the attention backend (`view_attention`, `impl` resolved as `attend` does):
+
+* dense (`reference`, `xla`): every view entry's scores, one softmax over all of them;
+* merge (`pallas`, `splash`; Hogwild!'s recommended JAX form: static-capacity blocks, query-side rotation,
+  a segment-wise logsumexp merge): each (row, entry) pair is one causal call of the kernel's lse variant
+  (`q_offset` = the row's first query position minus the entry's offset, vmapped over the pairs), then
+  `merge_partials` combines the entries by their log-sum-exps. It needs each row's valid queries at
+  consecutive positions (query i at `p0 + i`), as every decoding step and prefill here lays them out.
 """
 
 from __future__ import annotations
