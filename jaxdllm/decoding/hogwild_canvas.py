@@ -132,9 +132,9 @@ class HogwildCanvas(Canvas):
         if config.stop_at_eos == "block":
             raise ConfigError("stop_at_eos='block' finishes a diffusion block; Hogwild! decodes token by token")
         policy = config.policy
-        if policy.first_steps and config.gen_length < policy.workers * policy.chunk + policy.finisher_tokens + 1:
+        if policy.first_steps and config.gen_length < policy.workers * policy.step_feed + policy.finisher_tokens + 1:
             raise ConfigError(f"gen_length {config.gen_length} cannot hold one step of {policy.workers} workers "
-                              f"({policy.chunk} tokens each) and the finisher's {policy.finisher_tokens}")
+                              f"({policy.step_feed} tokens each) and the finisher's {policy.finisher_tokens}")
 
     def check_model(self, model_config, config) -> None:
         from jaxdllm.models.transformer import _MODELS, Transformer  # a family's own model has no SharedView path
@@ -350,7 +350,7 @@ class HogwildCanvas(Canvas):
                                       (digit_ids, n_digits), (jnp.tile(suffix, (r, 1)), jnp.tile(suffix_len, r)),
                                       (jnp.tile(check_ids, (r, 1)), jnp.where(check, jnp.tile(check_len, r), 0))],
                                      policy.chunk)
-        over_budget = w.written + n * policy.chunk > config.gen_length - policy.finisher_tokens
+        over_budget = w.written + n * policy.step_feed > config.gen_length - policy.finisher_tokens
         phase = jnp.where((w.phase == WORK) & eos, OVER, jnp.where((w.phase == WORK) & over_budget, FINISH, w.phase))
         fin, fin_len = _padded((policy.finisher_ids,), policy.chunk)
         starts_finish = ((w.phase == WORK) & (phase == FINISH))[request] & (worker == 0)

@@ -94,7 +94,7 @@ def checkpoint(tmp_path_factory):
 def reference(hf, prompt: list[int], s: dict, gen_length: int):
     """`(answer tokens, forwards, logits by (step, worker))` of the published loop, every view recomputed as contiguous text."""
     n = s["workers"]
-    chunk = Forced(**s).chunk
+    chunk = Forced(**s).step_feed
     common, blocks = list(prompt), [[] for _ in range(n)]
     pending = [list(x) for x in s["first_steps"]]
     last, streams = [None] * n, [[] for _ in range(n)]

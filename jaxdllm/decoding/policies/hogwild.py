@@ -4,8 +4,8 @@ the workers, their pre-tokenized texts and the published step-end rule as id set
 N workers of one model write at once, each reading `[common history, "### Work in progress (others)",
 the other workers' current steps, "### Work in progress (own)", its own step]`; the canvas
 (`jaxdllm/decoding/hogwild_canvas.py`) does that. Everything text-shaped is pre-tokenized here, as tuples
-of ids (static settings), by `jaxdllm.decoding.hogwild_format` from a tokenizer and a `HogwildFormat`
-(the prompt template a user may change): `settings_for(tokenizer, fmt)`.
+of ids (static settings), by `jaxdllm.decoding.hogwild_text` from a tokenizer and a `HogwildFormat`
+(the prompt template a user may change): `jaxdllm.decoding.hogwild_text.settings_for(tokenizer, fmt)`.
 
 **Step end** (`formatting.py`): a step ends when the newest token completes a "\\n\\n" and the text before
 that break ends a sentence (`. ? ! 。 …`). A break may lie inside one token (".\\n\\n"), start a token
@@ -73,16 +73,21 @@ class Hogwild(Policy):
         """Raise `ConfigError` unless the pre-tokenized texts are set (the canvas asks before decoding)."""
         if not self.first_steps or len(self.digit_ids) != 10 or not self.finisher_ids:
             raise ConfigError("policy 'hogwild' needs its pre-tokenized texts: pass "
-                              "**jaxdllm.decoding.hogwild_format.settings_for(tokenizer, HogwildFormat(...)) (the first "
+                              "**jaxdllm.decoding.hogwild_text.settings_for(tokenizer, HogwildFormat(...)) (the first "
                               "steps, headers, checks and the step-end id sets); sampler_defaults(checkpoint, 'hogwild') "
                               "reads them from its tokenizer")
 
     @property
-    def chunk(self) -> int:
-        """The widest prefix a row is fed in one forward: a first step, the finisher, or a step's break
-        token + header (3 digits) + the redundancy check."""
+    def step_feed(self) -> int:
+        """The most tokens a worker is fed in one forward while working: its first step, or a step's break
+        token + header (up to 3 digits) + the redundancy check."""
         header = 1 + max(len(p) for p in self.header_prefixes) + 3 + len(self.header_suffix) + len(self.check_ids)
-        return max([header, len(self.finisher_ids)] + [len(s) for s in self.first_steps])
+        return max([header] + [len(s) for s in self.first_steps])
+
+    @property
+    def chunk(self) -> int:
+        """The widest prefix a row is fed in one forward: a working step's, or the finisher's."""
+        return max(self.step_feed, len(self.finisher_ids))
 
     def ids(self, name: str) -> jax.Array:
         """One of the id sets as an int32 array (-1 when empty, which no token equals)."""
@@ -97,6 +102,14 @@ class Hogwild(Policy):
         before_across = jnp.where(isin(p, "newline_only_ids"), isin(q, "sentence_end_ids"),
                                   isin(p, "sentence_newline_ids"))
         return (inside & decided_inside) | (across & before_across)
+
+    def tokenizer_settings(self, tokenizer) -> dict:
+        """The texts and id sets of the default `HogwildFormat` with this policy's workers, check interval and
+        finisher length, for `tokenizer` (`jaxdllm.decoding.hogwild_text.settings_for`)."""
+        from jaxdllm.decoding.hogwild_text import HogwildFormat, settings_for
+
+        return settings_for(tokenizer, HogwildFormat(workers=self.workers, check_every=self.check_every,
+                                                     finisher_tokens=self.finisher_tokens))
 
     def choose(self, logits: jax.Array, key: jax.Array, temperature: float, *, worker: jax.Array,
                step: jax.Array) -> jax.Array:
