@@ -19,7 +19,9 @@ import pytest
 
 import jaxdllm
 from jaxdllm.attention.shared_view import SharedView
+from jaxdllm.decoding.canvases import canvas_of
 from jaxdllm.decoding.config import SamplerConfig
+from jaxdllm.decoding.layout import CanvasView, Layout
 from jaxdllm.decoding.policies.multiverse import TAGS, Multiverse
 from support.hf_models import make_hf_model
 from support.optional import torch
@@ -168,9 +170,6 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
     model, hf = checkpoint
     policy = _policy(script=script, page_size=page_size)
     config = SamplerConfig(gen_length=64, policy=policy)
-    from jaxdllm.decoding import loop
-    from jaxdllm.decoding.canvases import canvas_of
-    from jaxdllm.decoding.layout import CanvasView, Layout
 
     prompt = jnp.asarray([PROMPT], jnp.int32)
     seg = jnp.ones_like(prompt)

@@ -10,7 +10,6 @@ step, for 2-4 workers feeding 1-3 tokens each, every worker seeing the others' n
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
