@@ -131,10 +131,6 @@ class HogwildCanvas(Canvas):
             raise ConfigError("policy='hogwild' keeps its own shared K/V pages: leave cache='none'")
         if config.stop_at_eos == "block":
             raise ConfigError("stop_at_eos='block' finishes a diffusion block; Hogwild! decodes token by token")
-        policy = config.policy
-        if policy.first_steps and config.gen_length < policy.workers * policy.step_feed + policy.finisher_tokens + 1:
-            raise ConfigError(f"gen_length {config.gen_length} cannot hold one step of {policy.workers} workers "
-                              f"({policy.step_feed} tokens each) and the finisher's {policy.finisher_tokens}")
 
     def check_model(self, model_config, config) -> None:
         from jaxdllm.models.transformer import _MODELS, Transformer  # a family's own model has no SharedView path
@@ -142,7 +138,11 @@ class HogwildCanvas(Canvas):
                 or _MODELS.get(type(model_config), Transformer) is not Transformer):
             raise ConfigError("policy='hogwild' decodes causal models of the shared Transformer (Qwen2/Llama "
                               f"families); this model has attention={model_config.attention!r}")
-        config.policy.check_texts()
+        policy = config.policy
+        policy.check_texts()
+        if config.gen_length < policy.workers * policy.step_feed + policy.finisher_tokens + 1:
+            raise ConfigError(f"gen_length {config.gen_length} cannot hold one step of {policy.workers} workers "
+                              f"({policy.step_feed} tokens each) and the finisher's {policy.finisher_tokens}")
 
     def max_steps(self, config, lay=None) -> int:
         return config.gen_length + config.policy.finisher_tokens + 2  # every work step writes a token per worker
@@ -214,7 +214,7 @@ class HogwildCanvas(Canvas):
                           answer_at=jnp.zeros((b, policy.finisher_tokens), jnp.int32),
                           n_answer=jnp.zeros((b,), jnp.int32), steps_done=jnp.zeros((b,), jnp.int32))
         canvas = jnp.concatenate([prompt, jnp.full((b, config.gen_length), lay.eos_id, prompt.dtype)], 1)
-        return DecodeState.start(canvas, jnp.zeros_like(canvas, bool), done=~valid, key=key, cache=workers,
+        return DecodeState.start(canvas, view.answer & valid[:, None], done=~valid, key=key, cache=workers,
                                  policy_state=jnp.zeros((), jnp.float32), max_trajectory=config.max_trajectory)
 
     def _views(self, w: Workers, lengths, n: int, b: int):
@@ -326,7 +326,9 @@ class HogwildCanvas(Canvas):
 
         canvas, commit_step = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x,
                                            (state.canvas, state.commit_step))
-        return state.replace(canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, cache=w)
+        # the answer is undecided until its request ends (the merged text is written then)
+        return state.replace(canvas=canvas, commit_step=commit_step, undecided=state.undecided & ~done[:, None],
+                             nfe=nfe, done=done, cache=w)
 
     def _work(self, w: Workers, t, working, policy: Hogwild, lay, config, b: int, n: int) -> Workers:
         """The workers' samples: a step that ends joins `common` and the worker is fed its next header; EOS ends

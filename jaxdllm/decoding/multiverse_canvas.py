@@ -206,7 +206,7 @@ class MultiverseCanvas(Canvas):
         forks = self._sampled(forks, rows_of(first), forks.status == ACTIVE, policy, lay)
         forks = self._fork_and_merge(forks, policy, b, k)
         canvas = jnp.concatenate([prompt, jnp.full((b, config.gen_length), lay.eos_id, prompt.dtype)], 1)
-        state = DecodeState.start(canvas, jnp.zeros_like(canvas, bool), done=~valid, key=key, cache=forks,
+        state = DecodeState.start(canvas, view.answer & valid[:, None], done=~valid, key=key, cache=forks,
                                   policy_state=jnp.zeros((), jnp.float32), max_trajectory=config.max_trajectory)
         return state.replace(nfe=valid.astype(jnp.int32))  # the prefill chose the first token: one forward
 
@@ -282,7 +282,9 @@ class MultiverseCanvas(Canvas):
 
         canvas, commit_step = jax.lax.cond((done & ~state.done).any(), answers, lambda x: x,
                                            (state.canvas, state.commit_step))
-        return state.replace(canvas=canvas, commit_step=commit_step, nfe=nfe, done=done, cache=f)
+        # the answer is undecided until its request ends (the merged text is written then)
+        return state.replace(canvas=canvas, commit_step=commit_step, undecided=state.undecided & ~done[:, None],
+                             nfe=nfe, done=done, cache=f)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _sampled(self, f: Forks, token, takes, policy: Multiverse, lay) -> Forks:

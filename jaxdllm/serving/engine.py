@@ -22,7 +22,9 @@ What is streamed, per canvas (the answer's tokens that are decided, final and le
     closes (LLaDA2.1's token editing), per closed block;
   * draft (Jacobi, Lookahead, Medusa, ...): per accepted draft;
   * uniform (DiffusionGemma): per committed canvas;
-  * FreeDave, APD: per verified or accepted span.
+  * FreeDave, APD: per verified or accepted span;
+  * Multiverse, Hogwild!: the whole answer when the request ends (its text is assembled from shared pages
+    then: a path, or a worker's step, is not final text until the merge or the end).
 An answer ends at its first stop token (EOS, end of turn), a stop string or `max_tokens`; its row is
 released at once, even where the canvas has undecided positions after it.
 

@@ -15,12 +15,19 @@ import pytest
 
 import jaxdllm
 from jaxdllm import SamplerConfig
+from jaxdllm.data.char_tokenizer import build_char_tokenizer
+from jaxdllm.decoding import hogwild_text
 from jaxdllm.errors import ConfigError, InputError
 from jaxdllm.serving.engine import Engine
 from jaxdllm.serving.requests import EngineStopped, QueueFull, Request
 
 TASKS = ["reverse 4821=", "sort 93715=", "copy 2718=", "123+456=", "perm 4312="]
 LONG = ["copy 5820143967=", "reverse 7314=", "sort 42=", "copy 1122334455667=", "reverse 90817="]
+PARTS = ["par rev rot swp: 1=314 2=520 3=761=", "par rot swp: 1=908 2=123 3=456 4=777=",
+         "par swp rev: 1=640 2=215=", "par rev: 1=333 2=102 3=919=", "par rot rot swp: 1=135 2=246 3=357 4=468="]
+COMPACT_HOGWILD = hogwild_text.settings_for(build_char_tokenizer(), hogwild_text.HogwildFormat(
+    template="{problem}", past_steps="", others_header="|", own_header="|", step_header="{name}{k}:",
+    names=("A", "B"), greetings=("", ""), check_text="?", finisher_text="=", finisher_tokens=4, check_every=8))
 
 # preset -> (checkpoint, prompts, SamplerConfig settings); every preset of SAMPLER_PRESETS has a row
 CASES = {
@@ -60,6 +67,9 @@ CASES = {
     "wedlm-quality": ("tasks-qwen2-small-wedlm", LONG, {"temperature": 0.0}),
     "assd": ("tasks-xlnet-small", TASKS, {}),
     "assd-greedy": ("tasks-xlnet-small", TASKS, {}),
+    "multiverse": ("tasks-qwen2-small-multiverse", PARTS, {"newlines": False, "temperature": 0.0}),
+    # the default texts do not fit the character model's 96 positions: a compact format (the prompt alone)
+    "hogwild": ("tasks-qwen2-small", LONG, {"gen_length": 48, **COMPACT_HOGWILD}),
 }
 # the default run: a masked canvas in the block layout with a policy that re-decides its block, and a
 # draft canvas; the slow run every other preset (the other canvases: uniform, FreeDave, APD; every cache)
