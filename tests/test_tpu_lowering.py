@@ -22,16 +22,26 @@ MODEL_OF = {"llada": "llada-8b", "fast-dllm-parallel": "llada-8b", "fast-dllm-pr
             "fast-dllm-dual": "llada-8b", "dparallel": "llada-8b", "prophet": "llada-8b", "dream": "dream-7b",
             "jacobi": "qwen2.5-7b", "jacobi-forcing": "qwen2.5-7b", "lookahead": "qwen2.5-7b",
             "block-diffusion": "fast-dllm-v2-7b", "sdar": "sdar-8b", "sbd": "qwen3-8b",
-            "wedlm": "wedlm-7b"}
+            "wedlm": "wedlm-7b", "multiverse": "qwen2.5-7b", "hogwild": "qwen2.5-7b"}
 # Further models under a preset above, model -> preset (the slow run, ~5 s each): Qwen3's q/k norm.
 MORE_MODELS = {"qwen3-8b": "jacobi"}
 MESHES = [(1, 1, 1), (1, 4, 2), (2, 2, 2), (1, 8, 1)]   # (data, fsdp, tensor): one chip, and v5e-8 layouts
 
 
+# Settings a checkpoint's tokenizer gives (`Policy.tokenizer_settings`): Qwen2.5's ids of the Multiverse tags,
+# digits, ':' and newline; Hogwild! texts of the default format's lengths in Qwen2.5 tokens.
+TOKENIZER_SETTINGS = {
+    "multiverse": dict(tag_base=151665, digit_ids=tuple(range(15, 25)), colon_id=25, newline_id=198),
+    "hogwild": dict(first_steps=((10,) * 20, (11,) * 12), header_prefixes=((14,) * 4, (15,) * 3), header_suffix=(16,) * 4,
+                    digit_ids=tuple(range(15, 25)), others_header=(17,) * 9, own_header=(18,) * 11,
+                    check_ids=(19,) * 14, finisher_ids=(30,) * 40),
+}
+
+
 def _sampler(preset: str) -> SamplerConfig:
     if preset == "block-diffusion":  # Fast-dLLM v2: blocks of its block size, threshold decoding
         return SamplerConfig(gen_length=256, block_length=32, policy="threshold", threshold=0.9)
-    return SamplerConfig.preset(preset)
+    return SamplerConfig.preset(preset, **TOKENIZER_SETTINGS.get(preset, {}))
 
 
 # A Set Block Decoding fine-tune of Qwen3-8B keeps its shape and adds a mask token (training/set_block_qwen3_8b.toml).
