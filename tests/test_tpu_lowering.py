@@ -65,7 +65,10 @@ def _check(facts, platform="tpu"):
 
 # The default run: diffusion with a cache and Jacobi Forcing's decoding on the v5e-8 layouts; the slow run: all.
 DEFAULT = [("fast-dllm-dual", (1, 4, 2)), ("lookahead", (1, 1, 1))]  # the rest: the slow run (6-minute budget)
-SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES if (p, m) not in DEFAULT]
+# the shared-page canvases on one chip and on a sharded layout (their attention and pages shard like any batch)
+MESHES_OF = {"multiverse": [(1, 1, 1), (1, 4, 2)], "hogwild": [(1, 1, 1), (2, 2, 2)]}
+SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES_OF.get(p, MESHES)
+        if (p, m) not in DEFAULT]
 
 
 @pytest.mark.parametrize("preset,mesh_shape", DEFAULT + SLOW,
