@@ -39,7 +39,7 @@ from flax import struct
 
 from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.decoding import pages
-from jaxdllm.decoding.canvas import Canvas, Footprint
+from jaxdllm.decoding.canvas import Footprint
 from jaxdllm.decoding.policies.hogwild import Hogwild
 from jaxdllm.decoding.state import DecodeState
 from jaxdllm.errors import ConfigError
@@ -119,25 +119,14 @@ def _num_pages(policy: Hogwild, prompt_len: int, gen_length: int) -> int:
     return -(-(prompt_len + gen_length + fixed) // size) + gen_length // shortest_step + 2 * policy.workers + 6
 
 
-class HogwildCanvas(Canvas):
+class HogwildCanvas(pages.SharedPagesCanvas):
     """N workers over shared pages, token-level sync (causal models of the shared Transformer)."""
 
     name = "hogwild_canvas"
     policy_base = Hogwild
-    diffusion_blocks = False
-
-    def check_config(self, config) -> None:
-        if config.cache.keeps_kv:
-            raise ConfigError("policy='hogwild' keeps its own shared K/V pages: leave cache='none'")
-        if config.stop_at_eos == "block":
-            raise ConfigError("stop_at_eos='block' finishes a diffusion block; Hogwild! decodes token by token")
 
     def check_model(self, model_config, config) -> None:
-        from jaxdllm.models.transformer import _MODELS, Transformer  # a family's own model has no SharedView path
-        if (model_config.attention != "causal" or model_config.shift_logits
-                or _MODELS.get(type(model_config), Transformer) is not Transformer):
-            raise ConfigError("policy='hogwild' decodes causal models of the shared Transformer (Qwen2/Llama "
-                              f"families); this model has attention={model_config.attention!r}")
+        super().check_model(model_config, config)
         policy = config.policy
         policy.check_texts()
         if config.gen_length < policy.workers * policy.step_feed + policy.finisher_tokens + 1:

@@ -48,7 +48,7 @@ from flax import struct
 
 from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.decoding import pages
-from jaxdllm.decoding.canvas import Canvas, Footprint
+from jaxdllm.decoding.canvas import Footprint
 from jaxdllm.decoding.policies.multiverse import TAGS, Multiverse
 from jaxdllm.decoding.state import DecodeState
 from jaxdllm.errors import ConfigError
@@ -120,25 +120,14 @@ def _num_pages(policy: Multiverse, prompt_len: int, gen_length: int) -> int:
     return -(-(prompt_len + gen_length) // size) + policy.blocks + 1
 
 
-class MultiverseCanvas(Canvas):
+class MultiverseCanvas(pages.SharedPagesCanvas):
     """Fork at `</Goal>`, paths in parallel rows over shared pages, merge without copying (causal models)."""
 
     name = "multiverse_canvas"
     policy_base = Multiverse
-    diffusion_blocks = False
-
-    def check_config(self, config) -> None:
-        if config.cache.keeps_kv:
-            raise ConfigError("policy='multiverse' keeps its own shared K/V pages: leave cache='none'")
-        if config.stop_at_eos == "block":
-            raise ConfigError("stop_at_eos='block' finishes a diffusion block; Multiverse decodes token by token")
 
     def check_model(self, model_config, config) -> None:
-        from jaxdllm.models.transformer import _MODELS, Transformer  # a family's own model has no SharedView path
-        if (model_config.attention != "causal" or model_config.shift_logits
-                or _MODELS.get(type(model_config), Transformer) is not Transformer):
-            raise ConfigError("policy='multiverse' decodes causal models of the shared Transformer (Qwen2/Llama "
-                              f"families); this model has attention={model_config.attention!r}")
+        super().check_model(model_config, config)
         policy = config.policy
         policy.check_ids()
         if policy.tag_base + len(TAGS) > model_config.vocab_size:

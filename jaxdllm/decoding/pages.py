@@ -11,6 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxdllm.decoding.canvas import Canvas
+from jaxdllm.errors import ConfigError
+
 
 def pages_needed(fill: jax.Array, n: jax.Array, page: int) -> jax.Array:
     """`[R]` new pages a row needs to write `n [R]` tokens after `fill [R]` slots of its last page (`page`
@@ -75,3 +78,25 @@ def view_text(tokens: jax.Array, segment_ids: jax.Array, view_pages: jax.Array, 
     out = jnp.full((b, width), fill_value, tokens.dtype)
     length = jnp.clip(written.sum(1) - skip, 0, width).astype(jnp.int32)
     return out.at[jnp.arange(b)[:, None], index].set(ids, mode="drop"), length
+
+
+class SharedPagesCanvas(Canvas):
+    """What the canvases over shared pages check alike: their own K/V (no loop cache), token-by-token
+    decoding (no block stop), and a causal model of the shared Transformer (whose attention layer reads a
+    `SharedView`)."""
+
+    diffusion_blocks = False
+
+    def check_config(self, config) -> None:
+        name = config.policy.name
+        if config.cache.keeps_kv:
+            raise ConfigError(f"policy={name!r} keeps its own shared K/V pages: leave cache='none'")
+        if config.stop_at_eos == "block":
+            raise ConfigError(f"stop_at_eos='block' finishes a diffusion block; policy={name!r} decodes token by token")
+
+    def check_model(self, model_config, config) -> None:
+        from jaxdllm.models.transformer import _MODELS, Transformer  # a family's own model has no SharedView path
+        if (model_config.attention != "causal" or model_config.shift_logits
+                or _MODELS.get(type(model_config), Transformer) is not Transformer):
+            raise ConfigError(f"policy={config.policy.name!r} decodes causal models of the shared Transformer "
+                              f"(Qwen2/Llama families); this model has attention={model_config.attention!r}")

@@ -19,11 +19,10 @@ import dataclasses
 
 import jax
 
+from jaxdllm.data.multiverse_tags import TAGS
 from jaxdllm.decoding.policies.base import Policy, choose_tokens
 from jaxdllm.errors import ConfigError
 
-TAGS = ("<Think>", "</Think>", "<Parallel>", "</Parallel>", "<Goal>", "</Goal>", "<Outline>", "</Outline>",
-        "<Path>", "</Path>", "<Conclusion>", "</Conclusion>")
 
 
 @dataclasses.dataclass(frozen=True)
