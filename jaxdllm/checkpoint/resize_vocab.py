@@ -6,7 +6,7 @@ This is how Multiverse adds its 12 tags (Yang et al. 2025, `train/utils.py` of I
 word's sub-tokens ("Parallel", "Goal", ...). `add_multiverse_tags` does that for a loaded model and
 `prepare_multiverse_checkpoint` for a checkpoint folder (writing the tag tokenizer beside it):
 
-    python -m jaxdllm.models.resize_vocab checkpoints/tasks-qwen2-small runs/mv-init --max-position 192
+    python -m jaxdllm.checkpoint.resize_vocab checkpoints/tasks-qwen2-small runs/mv-init --max-position 192
 """
 
 from __future__ import annotations

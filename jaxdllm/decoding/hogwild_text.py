@@ -4,7 +4,7 @@ check, the finisher, and the published step-end rule as id sets for the compiled
 
     fmt = HogwildFormat(workers=2)
     config = SamplerConfig(gen_length=512, policy="hogwild", **settings_for(tokenizer, fmt))
-    texts = hogwild_generate(model, tokenizer, ["What is 17 * 23?"], config, fmt)
+    texts = hogwild_generate(model, tokenizer, ["What is 17 * 23?"], config, fmt)   # jaxdllm.decoding.hogwild_run
 
 The prompt template is the published structure in this project's words (a user passes their own with
 `template=`): a "# Collaborative Reasoning" header, the rules (write at once, see the others' unfinished
@@ -16,8 +16,6 @@ disagreement, and the problem.
 from __future__ import annotations
 
 import dataclasses
-
-import numpy as np
 
 from jaxdllm.errors import ConfigError
 
@@ -163,20 +161,3 @@ def settings_for(tokenizer, fmt: HogwildFormat = HogwildFormat()) -> dict:
                 others_header=enc(fmt.others_header), own_header=enc(fmt.own_header), check_ids=enc(fmt.check_text),
                 check_every=fmt.check_every, finisher_ids=enc(fmt.finisher_text), finisher_tokens=fmt.finisher_tokens,
                 suppress_ids=tuple(sorted(set(suppress))), **step_end_sets(tokenizer))
-
-
-def hogwild_generate(model, tokenizer, problems: list[str], config, fmt: HogwildFormat = HogwildFormat(), *,
-                     key=None) -> list[str]:
-    """Each problem's text after a Hogwild! run of `config` (a `SamplerConfig` with `policy="hogwild"` and
-    `settings_for(tokenizer, fmt)`): the finished steps, each worker's last step, the finisher's answer."""
-    from jaxdllm.decoding.sampler import generate
-
-    batch = tokenizer([fmt.prompt(p) for p in problems])
-    out = generate(model, batch.ids, config, attention_mask=batch.mask, key=key)
-    eos = tokenizer.token_to_id(tokenizer.special_tokens.get("eos_token", "")) if tokenizer.special_tokens else None
-    texts = []
-    for row in np.asarray(out.generated):
-        ids = row.tolist()
-        ids = ids[:ids.index(eos)] if eos is not None and eos in ids else ids
-        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
-    return texts

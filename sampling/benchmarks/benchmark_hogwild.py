@@ -30,7 +30,8 @@ import jaxdllm
 from jaxdllm import ModelConfig, Transformer
 from jaxdllm.data.char_tokenizer import build_char_tokenizer
 from jaxdllm.decoding import SamplerConfig
-from jaxdllm.decoding.hogwild_text import HogwildFormat, hogwild_generate, settings_for
+from jaxdllm.decoding.hogwild_run import hogwild_generate
+from jaxdllm.decoding.hogwild_text import HogwildFormat, settings_for
 from jaxdllm.extras import exit_if_missing
 from jaxdllm.tokenizer import Tokenizer
 from sampling.benchmarks.report import write_report

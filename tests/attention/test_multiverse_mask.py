@@ -120,7 +120,7 @@ def test_paths_of_the_shipped_model_are_independent():
     """A path-2 token's logits under the Multiverse mask equal a plain causal forward over the text with
     path 1 cut out, at the positions the rule gives (the shipped causal model, grown to the tags)."""
     from jaxdllm.checkpoint import from_pretrained
-    from jaxdllm.models.resize_vocab import add_multiverse_tags
+    from jaxdllm.checkpoint.resize_vocab import add_multiverse_tags
 
     model = add_multiverse_tags(from_pretrained("tasks-qwen2-small", attention_impl="xla"), max_position=192)
     text = ("par rev rot: 314 520=<Parallel><Goal><Outline>1</Outline><Outline>2</Outline></Goal>"
