@@ -1,19 +1,22 @@
 """`parts`: a task of independent sub-computations and a combination, in a sequential and a Multiverse format.
 
 A prompt names a few operations (from `jaxdllm/data/list_chains.py`'s `OPERATIONS`) and several 3-digit
-lists; every list goes through the same operations, independently of the others:
+lists, each labelled with its part's number (`k=`); every list goes through the same operations,
+independently of the others:
 
-    prompt:      "par rev rot swp: 314 520 761 802="
+    prompt:      "par rev rot swp: 1=314 2=520 3=761 4=802="
     sequential:  "rev:413 rot:134 swp:314;rev:025 rot:250 swp:520;rev:167 rot:671 swp:761;rev:208 rot:082 swp:802;=3578"
     multiverse:  "<Parallel><Goal><Outline>1</Outline><Outline>2</Outline><Outline>3</Outline><Outline>4</Outline></Goal>"
                  "<Path>1:rev:413 rot:134 swp:314</Path><Path>2:rev:025 rot:250 swp:520</Path>"
                  "<Path>3:rev:167 rot:671 swp:761</Path><Path>4:rev:208 rot:082 swp:802</Path>"
                  "<Conclusion>3578</Conclusion></Parallel>"
 
-Each part writes one `op:list` step per operation. The combination (after `=`, or the Conclusion) is the
-first digit of every part's final list, in order, so it needs every part's result. The Multiverse
-response has no separators between tags, so training positions and a fork/merge decoder (children start
-with `<Path>` right after `</Goal>`) agree. `strip_tags` of the Multiverse response is the "tag-stripped"
+Each part writes one `op:list` step per operation. The labels make a part's list findable by content:
+under Multiverse Attention path `<Path>2:` sees the prompt but not its siblings, so it finds its list by
+looking up `2=` in the prompt rather than by counting lists. Both formats read the same prompt. The
+combination (after `=`, or the Conclusion) is the first digit of every part's final list, in order, so it
+needs every part's result. The Multiverse response has no separators between tags, so training positions
+and a fork/merge decoder (children start with `<Path>` right after `</Goal>`) agree. `strip_tags` of the Multiverse response is the "tag-stripped"
 text (`"12341:rev:413 ...2:rev:...3578"`).
 
 `check` accepts exactly the three canonical texts (sequential, Multiverse, tag-stripped Multiverse) of
@@ -24,7 +27,7 @@ variant for smoke tests.
 
 Lengths (character tokenizer, tags one token each; `sequential_length` and `multiverse_chain_length`,
 response + EOS, prompt excluded; the chain is Parallel/Goal/outlines + the longest path + the conclusion
-+ EOS), 3 operations:
++ EOS), 3 operations (the labels lengthen the prompt by 2 tokens a list, not the responses):
 
     parts | sequential | Multiverse chain | ratio
       2   |     52     |        42        | 1.24
@@ -47,13 +50,13 @@ from jaxdllm.data.records import Example
 from jaxdllm.data.tasks import Task, register_task
 from jaxdllm.errors import ConfigError, DataError
 
-_PROMPT = re.compile(r"par ((?:[a-z]{3} ?)+): ((?:\d+ ?)+)=")
+_PROMPT = re.compile(r"par ((?:[a-z]{3} ?)+): ((?:\d=\d+ ?)+)=")
 _COMBINATION = re.compile(r"(?:=|<Conclusion>)(\d+)(?:</Conclusion></Parallel>)?\s*$")
 
 
 @dataclasses.dataclass(frozen=True)
 class PartsTask(Task):
-    """`"par rev rot swp: 314 520 761="` -> every list's steps, then the first digits of the results.
+    """`"par rev rot swp: 1=314 2=520 3=761="` -> every list's steps, then the first digits of the results.
 
     Attributes:
       name: registry key.
@@ -88,19 +91,21 @@ class PartsTask(Task):
         n = int(rng.integers(self.min_parts, self.max_parts + 1))
         ops = [list(OPERATIONS)[int(i)] for i in rng.integers(len(OPERATIONS), size=self.num_ops)]
         lists = ["".join(str(int(d)) for d in rng.permutation(10)[:self.num_items]) for _ in range(n)]
-        return f"par {' '.join(ops)}: {' '.join(lists)}="
+        return f"par {' '.join(ops)}: {' '.join(f'{k}={x}' for k, x in enumerate(lists, 1))}="
 
     def parse_prompt(self, prompt: str) -> tuple[list[str], list[str]]:
         """`(operations, lists)` of a prompt this task wrote; `DataError` otherwise."""
         match = _PROMPT.fullmatch(prompt.strip())
         ops = match[1].split() if match else []
-        lists = match[2].split() if match else []
+        labelled = [x.split("=") for x in match[2].split()] if match else []
+        lists = [x for _, x in labelled]
         if (not match or len(ops) != self.num_ops or any(op not in OPERATIONS for op in ops)
+                or [k for k, _ in labelled] != [str(k) for k in range(1, len(labelled) + 1)]
                 or not self.min_parts <= len(lists) <= self.max_parts
                 or any(len(x) != self.num_items for x in lists)):
             raise DataError(f"task {self.name!r} cannot read prompt {prompt!r}: expected 'par <{self.num_ops} of "
-                            f"{sorted(OPERATIONS)}>: <{self.min_parts}-{self.max_parts} lists of {self.num_items} "
-                            "digits>='")
+                            f"{sorted(OPERATIONS)}>: 1=<list> 2=<list> ...=' with {self.min_parts}-{self.max_parts} "
+                            f"lists of {self.num_items} digits, labelled 1, 2, ... in order")
         return ops, lists
 
     def part_steps(self, prompt: str) -> list[str]:

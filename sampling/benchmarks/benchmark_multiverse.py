@@ -10,7 +10,8 @@ model and data budget on tag-free text: `training/multiverse_parts_sequential_cp
   into one row per outline, merges at the last `</Path>`.
 * `multiverse-sequential`: the Multiverse model one token per forward under its training mask and
   positions (`sampling/benchmarks/multiverse_parts_eval.py`: every step recomputes the whole text; its
-  time is not comparable and is not reported).
+  time is not comparable and is not reported), fed the same tokens as the fork/merge decoder (`<Path>k:`,
+  and `<Path>` or `<Conclusion>` after `</Path>`).
 * `sequential`: the sequential model, next-token decoding with a KV cache (`jacobi`, window 1).
 
 Per row: accuracy (`PartsTask.check`: every part's steps and the combination), final-answer accuracy,
@@ -40,7 +41,7 @@ from jaxdllm.eval.runner import left_pad
 from jaxdllm.extras import exit_if_missing
 from jaxdllm.tokenizer import Tokenizer
 from sampling.benchmarks.multiverse_parts_eval import evaluate as evaluate_uncached
-from sampling.benchmarks.multiverse_parts_eval import held_out_prompts
+from sampling.benchmarks.multiverse_parts_eval import TRAIN_INSTANCES, held_out_prompts
 from sampling.benchmarks.report import write_report
 from sampling.benchmarks.timing import timed
 
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0, load_before = time.perf_counter(), os.getloadavg()
     task = PartsTask()
-    prompts = held_out_prompts(task, args.prompts, train_instances=2400, train_seed=0, seed=1)
+    prompts = held_out_prompts(task, args.prompts, train_instances=TRAIN_INSTANCES, train_seed=0, seed=1)
     tokenizer = Tokenizer.from_pretrained(MULTIVERSE)
     assert tokenizer.token_to_id("<Think>") == TAG_IDS["<Think>"]
     cfg = configs(tokenizer)

@@ -6,8 +6,10 @@ it was trained, and on tag-free text the same decoder is plain causal greedy dec
     python -m sampling.benchmarks.multiverse_parts_eval checkpoints/tasks-qwen2-small-multiverse \
         runs/parts-sequential/model --prompts 200 --out sampling/results/multiverse_parts_cpu.json
 
-In the Multiverse format the decoder writes each path's number after the model's `<Path>` (`<Path>{i}:`),
-as the published engine does when it forks a child per outline; every other token is the model's.
+In the Multiverse format the decoder writes the tokens a fork/merge decoder supplies (and the `multiverse`
+objective does not score): each path's number after `<Path>` (`<Path>{i}:`), as the published engine does
+when it forks a child per outline, and the token after each `</Path>`: `<Path>` while the block has
+outlines left, else `<Conclusion>` (the merge). Every other token is the model's.
 
 Held-out prompts are drawn with their own seed and exclude every prompt of the training curriculum
 (`curriculum(task, examples_per_task, seed)`). Reported per model: accuracy (`PartsTask.check`: every
@@ -40,10 +42,11 @@ def greedy_decode(model, prompts: list[list[int]], gen: int, eos: int, pad: int,
                   path_prefix: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """`[B, gen]` greedy tokens after each prompt (PAD after EOS), one full forward per token.
 
-    `path_prefix = (digit ids [10], colon id)`: after the model writes `<Path>`, the decoder writes the
-    path's number and `:` itself (`<Path>{i}:`, i = paths so far in the block), as the published engine
-    starts each forked child with `"<Path>\n{i}:"`: under Multiverse Attention a path never sees its
-    siblings, so its own number is not the model's to predict."""
+    `path_prefix = (digit ids [10], colon id)`: after `<Path>`, the decoder writes the path's number and
+    `:` itself (`<Path>{i}:`, i = paths so far in the block), as the published engine starts each forked
+    child with `"<Path>\n{i}:"`; after `</Path>` it writes `<Path>` while the block has fewer paths than
+    `<Outline>`s, else `<Conclusion>` (the merge). Under Multiverse Attention a path never sees its
+    siblings, so neither its own number nor whether it was the last is the model's to predict."""
     lens = np.array([len(p) for p in prompts])
     width = int(lens.max()) + gen
     canvas = np.full((len(prompts), width), pad, np.int32)
@@ -58,25 +61,33 @@ def greedy_decode(model, prompts: list[list[int]], gen: int, eos: int, pad: int,
     @jax.jit
     def run(canvas, cur):
         def step(_, carry):
-            canvas, cur, done, pending, npath = carry
+            canvas, cur, done, pending, closed, npath, nout = carry
             mask, positions = multiverse_attention(canvas, tags)
             logits = nnx.merge(graphdef, state)(canvas, positions, mask).logits
             nxt = jnp.argmax(jnp.take_along_axis(logits, (cur - 1)[:, None, None], 1)[:, 0], -1).astype(jnp.int32)
+            after_path = jnp.where(npath < nout, TAG_IDS["<Path>"], TAG_IDS["<Conclusion>"])
             nxt = jnp.where(pending == 2, digits[jnp.clip(npath, 0, 9)], jnp.where(pending == 1, colon, nxt))
+            nxt = jnp.where(closed, after_path, nxt)
             nxt = jnp.where(done, pad, nxt)
             forced = pending > 0
-            npath = jnp.where(nxt == TAG_IDS["<Parallel>"], 0, npath)
+            opened = nxt == TAG_IDS["<Parallel>"]
+            npath = jnp.where(opened, 0, npath)
+            nout = jnp.where(opened, 0, nout) + (nxt == TAG_IDS["<Outline>"]).astype(jnp.int32)
             opens = ~forced & (nxt == TAG_IDS["<Path>"]) & (path_prefix is not None)
             npath = npath + opens.astype(jnp.int32)
             pending = jnp.where(opens, 2, jnp.maximum(pending - 1, 0))
+            closed = (nxt == TAG_IDS["</Path>"]) & (path_prefix is not None)
             canvas = jax.vmap(lambda row, i, t: row.at[i].set(t))(canvas, cur, nxt)
-            return canvas, cur + 1, done | (nxt == eos), pending, npath
-        zeros = jnp.zeros(cur.shape, jnp.int32)
-        canvas = jax.lax.fori_loop(0, gen, step, (canvas, cur, jnp.zeros(cur.shape, bool), zeros, zeros))[0]
+            return canvas, cur + 1, done | (nxt == eos), pending, closed, npath, nout
+        zeros, no = jnp.zeros(cur.shape, jnp.int32), jnp.zeros(cur.shape, bool)
+        canvas = jax.lax.fori_loop(0, gen, step, (canvas, cur, no, zeros, no, zeros, zeros))[0]
         return canvas
 
     out = np.asarray(run(jnp.asarray(canvas), jnp.asarray(lens, jnp.int32)))
     return np.stack([out[r, lens[r]:lens[r] + gen] for r in range(len(prompts))])
+
+
+TRAIN_INSTANCES = 4800  # `[data] examples_per_task` of training/multiverse_parts_cpu.toml and its baseline
 
 
 def held_out_prompts(task: PartsTask, count: int, train_instances: int, train_seed: int, seed: int) -> list[str]:
@@ -135,7 +146,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+")
     parser.add_argument("--prompts", type=int, default=200)
-    parser.add_argument("--train-instances", type=int, default=2400)
+    parser.add_argument("--train-instances", type=int, default=TRAIN_INSTANCES)
     parser.add_argument("--train-seed", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gen", type=int, default=136)
@@ -145,8 +156,9 @@ def main(argv=None):
     task = PartsTask()
     prompts = held_out_prompts(task, args.prompts, args.train_instances, args.train_seed, args.seed)
     results = [evaluate(m, prompts, task, args.gen, args.batch) for m in args.models]
-    report = {"task": "parts", "decoder": "greedy, one token per forward, Multiverse mask and positions; "
-                                          "<Path>{i}: numbers written by the decoder (tag tokenizers only)",
+    decoder = ("greedy, one token per forward, Multiverse mask and positions; <Path>{i}: numbers, and <Path> or "
+               "<Conclusion> after </Path>, written by the decoder (tag tokenizers only)")
+    report = {"task": "parts", "decoder": decoder,
               "held_out_seed": args.seed, "results": results}
     text = json.dumps(report, indent=1)
     print(text)

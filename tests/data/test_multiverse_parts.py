@@ -37,7 +37,7 @@ def test_tags_are_one_token_each_at_ids_101_to_112_and_decode_back(tmp_path):
 
 def test_resize_puts_the_mean_of_the_tag_words_characters_in_each_tag_row():
     from jaxdllm.checkpoint import from_pretrained
-    from jaxdllm.models.resize_vocab import add_multiverse_tags, resize_vocab
+    from jaxdllm.checkpoint.resize_vocab import add_multiverse_tags, resize_vocab
 
     model = from_pretrained("tasks-qwen2-small")
     grown = add_multiverse_tags(model, max_position=192)
@@ -66,7 +66,7 @@ def test_resize_puts_the_mean_of_the_tag_words_characters_in_each_tag_row():
 
 def test_parts_formats_and_checker():
     task = get_task("parts")
-    prompt = "par rev rot swp: 314 520 761 802="
+    prompt = "par rev rot swp: 1=314 2=520 3=761 4=802="
     seq = "rev:413 rot:134 swp:314;rev:025 rot:250 swp:520;rev:167 rot:671 swp:761;rev:208 rot:082 swp:802;=3578"
     mv = ("<Parallel><Goal><Outline>1</Outline><Outline>2</Outline><Outline>3</Outline><Outline>4</Outline></Goal>"
           "<Path>1:rev:413 rot:134 swp:314</Path><Path>2:rev:025 rot:250 swp:520</Path>"
@@ -79,11 +79,16 @@ def test_parts_formats_and_checker():
     assert not task.check(prompt, seq[:-1] + "9")
     assert not task.check(prompt, mv.replace("<Path>2:", "<Path>3:", 1))
     assert task.sequential_length(seq) == 102 and task.multiverse_chain_length(mv) == 50
-    with pytest.raises(DataError, match="cannot read prompt"):
-        task.check("par rev: 31=", seq)
+    assert task.parse_prompt(prompt) == (["rev", "rot", "swp"], ["314", "520", "761", "802"])
+    for bad in ("par rev: 31=", "par rev rot swp: 314 520 761 802=",  # unlabelled lists
+                "par rev rot swp: 1=314 3=520 2=761=", "par rev rot swp: 2=314 3=520 4=761="):  # labels not 1, 2, ...
+        with pytest.raises(DataError, match="cannot read prompt"):
+            task.check(bad, seq)
     rng = np.random.default_rng(0)
     p, r = get_task("parts_mv").generate(rng)
     assert r == task.multiverse(p) and task.check(p, r)
+    lists = task.parse_prompt(p)[1]
+    assert p.endswith(" ".join(f"{k}={x}" for k, x in enumerate(lists, 1)) + "=")  # each list after its path's label
     with pytest.raises(ConfigError, match="min_parts"):
         PartsTask(min_parts=1)
 

@@ -1,6 +1,8 @@
 """The `multiverse` objective against an independent dense computation: transformers' `Qwen2ForCausalLM`
 with a 4-D float mask and position ids from the published rules written out in
-`tests/support/multiverse_reference.py`, and the plain next-token loss over the response."""
+`tests/support/multiverse_reference.py`, and the plain next-token loss over the response, less the
+tokens the fork/merge decoder supplies (a path's label after `<Path>`, the token after `</Path>`), found
+here by walking the tokens."""
 
 import json
 
@@ -20,6 +22,7 @@ from support.multiverse_reference import reference_layout
 from support.optional import torch
 
 TAG_OF = {i: t for t, i in TAG_IDS.items()}
+COLON = build_tag_tokenizer().token_to_id(":")
 TASK = PartsTask(name="parts_small", min_parts=2, max_parts=3, num_ops=2)
 
 
@@ -47,6 +50,29 @@ def student_of(model):
     return jax.jit(lambda t, p, m: nnx.merge(graphdef, state)(t, positions=p, attention=m).logits)
 
 
+def decoder_supplied(names):
+    """Walk one row's token names: the label after each `<Path>` up to the ':', and the token after `</Path>`."""
+    out, in_label, after_close = [], False, False
+    for name in names:
+        if name == "<Path>":
+            out.append(after_close)
+            in_label = True
+        else:
+            in_label = in_label and name != str(COLON)
+            out.append(in_label or after_close)
+        after_close = name == "</Path>"
+    return np.array(out)
+
+
+def test_the_decoder_supplied_tokens_are_the_path_labels_and_what_follows_a_path():
+    tok = build_tag_tokenizer()
+    prompt = "par rev rot swp: 1=314 2=520 3=761="
+    ids = tok.encode(prompt + PartsTask().multiverse(prompt), add_special_tokens=False)
+    supplied = np.asarray(make_objective("multiverse", {}).decoder_supplied(np.array([ids])))[0]
+    assert [tok.decode([i]) for i, s in zip(ids, supplied) if s] == ["1", "<Path>", "2", "<Path>", "3", "<Conclusion>"]
+    assert not np.asarray(make_objective("multiverse", {}).decoder_supplied(np.array([tok.encode(prompt)]))).any()
+
+
 def test_loss_equals_a_dense_torch_forward_under_the_published_rules(checkpoint):
     model, hf = checkpoint
     examples = curriculum(TASK, 8, seed=1)
@@ -69,9 +95,12 @@ def test_loss_equals_a_dense_torch_forward_under_the_published_rules(checkpoint)
                                                                                              dtype=torch.float32),
                     position_ids=torch.as_tensor(np.array(pos))).logits.double()
     logp = torch.log_softmax(logits, -1).numpy()
-    ce = [-logp[r, i - 1, tokens[r, i]] for r in range(rows) for i in range(1, n) if target[r, i]]
+    supplied = np.array([decoder_supplied([TAG_OF.get(int(i), str(int(i))) for i in tokens[r]]) for r in range(rows)])
+    assert supplied[:3].sum() >= 3 * 2 * 2 and not supplied[3:].any()  # >= 2 paths each: 2 labels, 2 after </Path>
+    ce = [-logp[r, i - 1, tokens[r, i]] for r in range(rows) for i in range(1, n)
+          if target[r, i] and not supplied[r, i]]
     np.testing.assert_allclose(float(loss), np.mean(ce), rtol=1e-4)
-    assert int(metrics["masked_tokens"]) == len(ce)
+    assert int(metrics["masked_tokens"]) == len(ce) == target[:, 1:].sum() - supplied[:, 1:].sum()
 
 
 def test_rows_without_tags_give_exactly_the_causal_lm_loss(checkpoint):
@@ -89,6 +118,8 @@ def test_bad_settings_and_models_are_refused(checkpoint):
     model, _ = checkpoint
     with pytest.raises(ConfigError, match="max_depth"):
         make_objective("multiverse", {"max_depth": 0})
+    with pytest.raises(ConfigError, match="colon_id"):
+        make_objective("multiverse", {"colon_id": -1})
     with pytest.raises(ConfigError, match="rows: grow it first"):
         make_objective("multiverse", {}, model.config.replace(vocab_size=101))
     with pytest.raises(ConfigError, match="causal"):
