@@ -183,6 +183,43 @@ def _valid(tok, out, prompts):
 OWN_MODEL = {"wedlm_canvas": "tasks-qwen2-small-wedlm", "assd_canvas": "tasks-xlnet-small"}
 
 
+def _multiverse(preset):
+    """The Multiverse model on its task, greedy: it forks into one path per list, path k labelled k, and
+    the README's prompt is answered right."""
+    from jaxdllm.data.parts_task import PartsTask
+
+    prompts = ["par rev rot swp: 1=314 2=520 3=761=", "par rot swp rev: 1=908 2=123 3=456 4=777=",
+               "par swp rev rot: 1=640 2=215 3=102="]
+    model, tok, _ = jaxdllm.load("tasks-qwen2-small-multiverse")
+    config = jaxdllm.sampler_defaults("tasks-qwen2-small-multiverse", preset, temperature=0.0)
+    batch = tok(prompts)
+    out = jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)
+    answers = tok.answers(out)
+    for prompt, answer in zip(prompts, answers):
+        lists = prompt.count("=") - 1
+        assert answer.count("<Outline>") == lists and answer.count("<Path>") == lists, answer
+        assert all(f"<Path>{k}:" in answer for k in range(1, lists + 1)), answer
+    assert PartsTask().check(prompts[0], answers[0]), (preset, answers[0])
+
+
+def _hogwild(preset):
+    """Two workers of the causal model in a compact format (its 96 positions): each writes its first step."""
+    from jaxdllm.decoding.hogwild_run import hogwild_generate
+    from jaxdllm.decoding.hogwild_text import HogwildFormat, settings_for
+
+    model, tok, _ = jaxdllm.load("tasks-qwen2-small")
+    fmt = HogwildFormat(template="{problem}", past_steps="", others_header="|", own_header="|",
+                        step_header="{name}{k}:", names=("A", "B"), greetings=("", ""), check_text="?",
+                        finisher_text="=", finisher_tokens=8)
+    config = SamplerConfig.preset(preset, gen_length=48, **settings_for(tok, fmt))
+    for text in hogwild_generate(model, tok, list(PROMPTS.values()), config, fmt):
+        assert text.startswith("A1:") and "B1:" in text, text
+
+
+# canvases whose models are prompted in their own format -> a check of that
+OWN_FORMAT = {"multiverse_canvas": _multiverse, "hogwild_canvas": _hogwild}
+
+
 @pytest.mark.slow  # every preset compiles its loop: ~20 s
 def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
     """Each preset, rescaled to the checkpoint's length (16 tokens for the diffusion model, 32 for
@@ -194,6 +231,9 @@ def test_every_preset_decodes_a_shipped_model_at_its_length(llada, qwen):
             out = jaxdllm.generate(model, tok(list(PROMPTS.values())), SamplerConfig.preset(
                 name, gen_length=defaults.gen_length, block_length=defaults.block_length))
             assert tok.answers(out)[::2] == ANSWERS[::2], name  # it knows copy and reverse, not sort
+            continue
+        if published.policy.canvas in OWN_FORMAT:  # prompted in the format its model writes
+            OWN_FORMAT[published.policy.canvas](name)
             continue
         diffusion = published.policy.canvas in ("masked_canvas", "freedave_canvas", "apd_canvas")
         model, tok, defaults = llada if diffusion else qwen

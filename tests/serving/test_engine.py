@@ -23,8 +23,9 @@ from jaxdllm.serving.requests import EngineStopped, QueueFull, Request
 
 TASKS = ["reverse 4821=", "sort 93715=", "copy 2718=", "123+456=", "perm 4312="]
 LONG = ["copy 5820143967=", "reverse 7314=", "sort 42=", "copy 1122334455667=", "reverse 90817="]
-PARTS = ["par rev rot swp: 1=314 2=520 3=761=", "par rot swp: 1=908 2=123 3=456 4=777=",
-         "par swp rev: 1=640 2=215=", "par rev: 1=333 2=102 3=919=", "par rot rot swp: 1=135 2=246 3=357 4=468="]
+PARTS = ["par rev rot swp: 1=314 2=520 3=761=", "par rot swp rev: 1=908 2=123 3=456 4=777=",
+         "par swp rev rot: 1=640 2=215 3=102=", "par rev rev rot: 1=333 2=102 3=919=",
+         "par rot rot swp: 1=135 2=246 3=357 4=468="]
 COMPACT_HOGWILD = hogwild_text.settings_for(build_char_tokenizer(), hogwild_text.HogwildFormat(
     template="{problem}", past_steps="", others_header="|", own_header="|", step_header="{name}{k}:",
     names=("A", "B"), greetings=("", ""), check_text="?", finisher_text="=", finisher_tokens=4, check_every=8))
