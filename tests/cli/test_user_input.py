@@ -142,8 +142,10 @@ def test_sampler_policy_cache_and_objective_settings_check_types():
     for registry, kind in ((POLICIES, "policy"), (CACHES, "cache")):
         for piece_name, cls in registry.items():
             default = cls()
+            ids = {f.name for f in dataclasses.fields(default) if str(f.type) == "tuple[int, ...]"}
             for name, value in _fields(default):
-                for wrong in _wrong_values(value):
+                # a list of ints is a tuple of ids' spelling in a recipe; a list of strings fits none
+                for wrong in ([5, ["x"]] if name in ids else _wrong_values(value)):
                     with pytest.raises(ConfigError, match=f"{kind} '{piece_name}': {name}"):
                         dataclasses.replace(default, **{name: wrong})
                     checked += 1

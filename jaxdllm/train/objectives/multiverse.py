@@ -49,11 +49,11 @@ class MultiverseSft(Objective):
     max_depth: int = 4
 
     def __post_init__(self):
-        if not isinstance(self.first_tag_id, int) or self.first_tag_id < 0:
+        if not isinstance(self.first_tag_id, int) or isinstance(self.first_tag_id, bool) or self.first_tag_id < 0:
             raise ConfigError(f"[objective] first_tag_id must be a non-negative int, got {self.first_tag_id!r}")
-        if not isinstance(self.colon_id, int) or self.colon_id < 0:
+        if not isinstance(self.colon_id, int) or isinstance(self.colon_id, bool) or self.colon_id < 0:
             raise ConfigError(f"[objective] colon_id must be a non-negative int, got {self.colon_id!r}")
-        if not isinstance(self.max_depth, int) or not 1 <= self.max_depth <= 16:
+        if not isinstance(self.max_depth, int) or isinstance(self.max_depth, bool) or not 1 <= self.max_depth <= 16:
             raise ConfigError(f"[objective] max_depth must be an int in [1, 16], got {self.max_depth!r}")
 
     @property
