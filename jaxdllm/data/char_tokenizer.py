@@ -45,13 +45,16 @@ def build_char_tokenizer() -> Tokenizer:
     return Tokenizer(backend, special_tokens=dict(SPECIAL_TOKENS))
 
 
-def save_char_tokenizer(directory: str | os.PathLike, *, model_max_length: int | None = None) -> Path:
-    """Write `tokenizer.json` and `tokenizer_config.json` into `directory`; returns the directory."""
+def save_char_tokenizer(directory: str | os.PathLike, *, model_max_length: int | None = None,
+                        tokenizer: Tokenizer | None = None, extra_config: dict | None = None) -> Path:
+    """Write `tokenizer.json` and `tokenizer_config.json` into `directory`; returns the directory.
+    `tokenizer`: a variant of the character tokenizer to write (default: `build_char_tokenizer()`);
+    `extra_config`: more `tokenizer_config.json` keys."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    build_char_tokenizer().backend.save(str(directory / "tokenizer.json"))
+    (tokenizer or build_char_tokenizer()).backend.save(str(directory / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
-              **SPECIAL_TOKENS}
+              **SPECIAL_TOKENS, **(extra_config or {})}
     if model_max_length is not None:
         config["model_max_length"] = int(model_max_length)
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -18,14 +18,13 @@ never produced by the tokenizer. `save_tag_tokenizer(dir)` writes it next to a c
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 from tokenizers import AddedToken
 
-from jaxdllm.data.char_tokenizer import SPECIAL_TOKENS, VOCAB_SIZE, build_char_tokenizer
+from jaxdllm.data.char_tokenizer import VOCAB_SIZE, build_char_tokenizer, save_char_tokenizer
 from jaxdllm.tokenizer import Tokenizer
 
 TAGS = ("<Think>", "</Think>", "<Parallel>", "</Parallel>", "<Goal>", "</Goal>", "<Outline>", "</Outline>",
@@ -55,15 +54,8 @@ def build_tag_tokenizer() -> Tokenizer:
 
 def save_tag_tokenizer(directory: str | os.PathLike, *, model_max_length: int | None = None) -> Path:
     """Write the tag tokenizer's `tokenizer.json` and `tokenizer_config.json` into `directory`."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tag_tokenizer().backend.save(str(directory / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
-              **SPECIAL_TOKENS, "multiverse_tags": list(TAGS)}
-    if model_max_length is not None:
-        config["model_max_length"] = int(model_max_length)
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return directory
+    return save_char_tokenizer(directory, model_max_length=model_max_length, tokenizer=build_tag_tokenizer(),
+                               extra_config={"multiverse_tags": list(TAGS)})
 
 
 def tag_ids_of(tokenizer: Tokenizer) -> tuple[int, ...]:
