@@ -55,12 +55,15 @@ class ModelSection:
 
     preset: str | None = None
     init_from: str | None = None
+    tokenizer: str | None = None       # with preset: a folder holding tokenizer.json (default: the character tokenizer)
     overrides: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         check_fields(self, "[model] ")
         _check((self.preset is None) != (self.init_from is None),
                "[model] needs exactly one of preset = \"NAME\" or init_from = \"DIR\"")
+        _check(self.tokenizer is None or self.init_from is None,
+               "[model] tokenizer goes with preset: an init_from checkpoint brings its own tokenizer")
         _check(self.preset is None or self.preset in PRESETS,
                f"[model] preset {self.preset!r} is unknown; known presets: {sorted(PRESETS)}")
         # A checkpoint fixes its own shapes; a preset takes any field (vocab and ids come from the tokenizer).
@@ -239,9 +242,11 @@ class OptimSection:
     b2: float = 0.999
     clip: float | None = 1.0
     grad_accum: int = 1
+    ema_decay: float = 0.0             # > 0: keep an average of the parameters (MDLM's warm-up); export uses it
 
     def __post_init__(self):
         check_fields(self, "[optim] ")
+        _check(0 <= self.ema_decay < 1, f"[optim] ema_decay must be in [0, 1) (0: no average), got {self.ema_decay}")
         _check(self.lr > 0, f"[optim] lr must be positive, got {self.lr}")
         _check(self.schedule in ("constant", "cosine", "linear"),
                f"[optim] schedule must be constant, cosine or linear, got {self.schedule!r}")
@@ -390,7 +395,8 @@ class TrainConfig:
             if name == "model":
                 value = dict(value)
                 preset, init_from = value.pop("preset", None), value.pop("init_from", None)
-                kwargs[name] = ModelSection(preset=preset, init_from=init_from, overrides=value)
+                tokenizer = value.pop("tokenizer", None)
+                kwargs[name] = ModelSection(preset=preset, init_from=init_from, tokenizer=tokenizer, overrides=value)
                 continue
             if name == "objective":
                 value = dict(value)
@@ -421,7 +427,7 @@ class TrainConfig:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         model = out.pop("model")
-        out["model"] = {k: v for k, v in (("preset", model["preset"]), ("init_from", model["init_from"])) if v}
+        out["model"] = {k: model[k] for k in ("preset", "init_from", "tokenizer") if model[k]}
         out["model"].update(model["overrides"])
         objective = out.pop("objective")
         out["objective"] = {"kind": objective["kind"], **objective["settings"]}

@@ -29,6 +29,7 @@ class DataSource:
       distill_command: the `jaxdllm distill` command that writes that file; such a source may
         read it from the recipe's `[distill] out` instead of `[data] path`.
       packed_layout: rows arrive laid out whole (no EOS fill after an example).
+      pad_rows: each example's row ends in PAD after its EOS, never EOS filler (GenMol's collator).
       trajectories: rows are Jacobi trajectories (only objectives that train on them accept it).
     """
 
@@ -36,6 +37,7 @@ class DataSource:
     needs_path: ClassVar[bool] = False
     distill_command: ClassVar[str | None] = None
     packed_layout: ClassVar[bool] = False
+    pad_rows: ClassVar[bool] = False
     trajectories: ClassVar[bool] = False
 
     def check(self, data) -> None:
@@ -152,9 +154,32 @@ class SequentialCurriculum(MultiverseCurriculum):
     multiverse = False
 
 
+class SafeMolecules(DataSource):
+    """Molecules as SAFE strings (GenMol): `[data] path` is a folder `jaxdllm.molecules.moses.prepare`
+    wrote (its `{split}.tsv.gz`) or one such file; each row is `[CLS] SAFE [SEP]` then PAD, all of it
+    scored (the recipe's tokenizer is the folder's `tokenizer/`)."""
+
+    name = "safe_molecules"
+    needs_path = True
+    pad_rows = True
+
+    def examples(self, data, inputs):
+        from pathlib import Path
+
+        from jaxdllm.molecules.moses import read_pairs
+
+        path = Path(data.path)
+        file = path / f"{data.split}.tsv.gz" if path.is_dir() else path
+        if not file.is_file():
+            raise ConfigError(f"[data] path {data.path!r}: no {file.name} (write the folder with "
+                              "`python -m jaxdllm.molecules.moses --out DIR`)")
+        return [Example(prompt="", response=safe, task="molecule") for _, safe in read_pairs(file)]
+
+
 DATA_SOURCES: Registry[DataSource] = Registry("[data] source")
 register_data_source = DATA_SOURCES.register  # makes `cls` selectable as [data] source = cls.name
 data_source = DATA_SOURCES.lookup
 
-for _cls in (TaskMixture, Jsonl, Gsm8k, TeacherAnswers, Trajectories, MultiverseCurriculum, SequentialCurriculum):
+for _cls in (TaskMixture, Jsonl, Gsm8k, TeacherAnswers, Trajectories, MultiverseCurriculum, SequentialCurriculum,
+             SafeMolecules):
     register_data_source(_cls)

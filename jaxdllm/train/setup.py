@@ -51,9 +51,12 @@ def make_training_mesh(section) -> Mesh:
 
 
 def load_tokenizer(config: TrainConfig) -> Tokenizer:
-    """The checkpoint's own tokenizer for `init_from`, else the tiny models' character tokenizer."""
+    """The checkpoint's own tokenizer for `init_from`, the `[model] tokenizer` folder's, else the tiny
+    models' character tokenizer."""
     if config.model.init_from:
         return Tokenizer.from_pretrained(config.model.init_from, what="[model] init_from")
+    if config.model.tokenizer:
+        return Tokenizer.from_pretrained(config.model.tokenizer, what="[model] tokenizer")
     return build_char_tokenizer()
 
 
@@ -173,7 +176,8 @@ def split_for_training(model: Transformer, lora: LoraConfig, mesh: Mesh, *, seed
 
 def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformation, Callable[[int], Any]]:
     """`(tx, schedule)`: AdamW with warmup and a constant / cosine / linear schedule, after
-    global-norm clipping."""
+    global-norm clipping; with `ema_decay`, a moving average of the parameters rides in the state
+    (`jaxdllm.train.ema`)."""
     decay_steps = max(total_steps - optim.warmup_steps, 1)
     final = optim.lr * optim.final_lr_fraction
     schedule = {"constant": optax.constant_schedule(optim.lr),
@@ -185,6 +189,10 @@ def make_optimizer(optim, total_steps: int) -> tuple[optax.GradientTransformatio
     chain = [optax.clip_by_global_norm(optim.clip)] if optim.clip else []
     chain.append(optax.adamw(schedule, b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay,
                              mask=trains_by_gradient))  # MoE routers' expert_bias: balanced, never decayed
+    if optim.ema_decay:
+        from jaxdllm.train.ema import parameter_ema
+
+        chain.append(parameter_ema(optim.ema_decay))  # last: it averages the parameters after the update
     return optax.chain(*chain), schedule
 
 
@@ -216,7 +224,8 @@ def batch_config_for(config: TrainConfig, model_config=None, mesh: Mesh | None =
     `process_count` equal slices). For a block-causal `model_config`, packed examples start on
     block boundaries (rows of one example start at column 0 anyway): the blocks of training rows
     sit where decoding puts them."""
-    packed_layout = data_source(config.data.source).packed_layout  # rows already laid out: no EOS fill after them
+    source = data_source(config.data.source)
+    packed_layout = source.packed_layout or source.pad_rows  # rows already laid out, or PAD after EOS: no EOS fill
     block_causal = model_config is not None and model_config.attention == "block_causal"
     num_shards, shard_index = jax.process_count(), jax.process_index()
     if mesh is not None:

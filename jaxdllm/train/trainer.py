@@ -136,6 +136,16 @@ class Trainer:
             return self.split.backbone_params(self.trainable, self.frozen)
         return self.trainable
 
+    def exported_params(self) -> dict:
+        """What `export` writes: the moving average of the parameters with `[optim] ema_decay`
+        (in the parameters' dtypes), else `params()`."""
+        from jaxdllm.train.ema import ema_from
+
+        average = ema_from(self.opt_state) if self.config.optim.ema_decay else None
+        if average is None or self.config.lora.enabled or self.split.extra:
+            return self.params()
+        return jax.tree.map(lambda a, p: a.astype(p.dtype), average, self.trainable)
+
     def extra_module(self):
         """The objective's own trained module (e.g. Medusa heads), or None."""
         return self.split.extra_module(self.trainable, self.frozen)
@@ -309,13 +319,20 @@ class Trainer:
 
     # -- export ----------------------------------------------------------------------------
     def export(self, path: str | Path, dtype: str | None = None) -> Path:
-        """Save the (LoRA-merged) model as a Hugging Face checkpoint with its tokenizer."""
+        """Save the (LoRA-merged; with `[optim] ema_decay`, averaged) model as a Hugging Face checkpoint
+        with its tokenizer."""
         from jaxdllm.checkpoint import save_pretrained
-        model = self.model_from(self.params())
+        model = self.model_from(self.exported_params())
         copy_from = checkpoint_dir(self.config.model.init_from) if self.config.model.init_from else None
         out = save_pretrained(model, path, dtype=dtype, copy_files_from=copy_from)
         if copy_from is None and jax.process_index() == 0:
-            save_char_tokenizer(out, model_max_length=self.model_config.max_position)
+            if self.config.model.tokenizer:  # the recipe's own tokenizer folder
+                for name in ("tokenizer.json", "tokenizer_config.json"):
+                    source = Path(self.config.model.tokenizer) / name
+                    if source.is_file():
+                        (Path(out) / name).write_bytes(source.read_bytes())
+            else:
+                save_char_tokenizer(out, model_max_length=self.model_config.max_position)
             defaults = self.config.checkpoint.sampler or sampler_defaults(self.model_config, self.config.data.seq_len)
             if defaults:
                 (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))

@@ -15,6 +15,7 @@ from jaxdllm.train.objectives.block_diffusion import BlockDiffusion
 from jaxdllm.train.objectives.causal_lm import CausalLM
 from jaxdllm.train.objectives.certainty_forcing import CertaintyForcing
 from jaxdllm.train.objectives.jacobi_forcing import Cllm, JacobiForcing
+from jaxdllm.train.objectives.mdlm import Mdlm
 from jaxdllm.train.objectives.mdm import MdmPretrain, MdmSft
 from jaxdllm.train.objectives.medusa import MedusaObjective
 from jaxdllm.train.objectives.multiverse import MultiverseSft
@@ -31,6 +32,7 @@ for _cls in (MdmPretrain, MdmSft, BlockDiffusion, CausalLM, CertaintyForcing, Ja
              MedusaObjective, SdarConversion, SetBlockDecoding, WeDLMConversion, MultiverseSft):
     register_objective(_cls)
 register_objective(AssdJoint)
+register_objective(Mdlm)
 
 
 def settings_of(kind: str) -> tuple[str, ...]:

@@ -1,0 +1,181 @@
+"""The MOSES molecules as SAFE strings: GenMol's data preparation on data that installs offline.
+
+The `molsets` wheel on PyPI carries the MOSES sets (`moses/dataset/data/{train,test}.csv.gz`; 1,584,663
+training SMILES, MIT licence, (c) Insilico Medicine). `prepare` fetches the wheel with pip without
+installing it (installing would pull torch and old pins), reads the CSVs from the zip, encodes each
+SMILES as SAFE (BRICS cuts, stereo ignored, uncuttable molecules kept whole: GenMol's
+`preprocess_data.py`), counts the failures, and writes a data folder:
+
+  train.tsv.gz, valid.tsv.gz, test.tsv.gz   one `SMILES<TAB>SAFE` per line (valid: held out of MOSES train)
+  tokenizer/                                the SAFE tokenizer built from train (`safe_tokenizer`)
+  lengths.json                              the histogram of the training SAFE strings' token lengths (no
+                                            [CLS]/[SEP]): the distribution GenMol's sampler draws lengths from
+  stats.json                                counts, failures, the wheel's name and sha256, the licence
+
+    python -m jaxdllm.molecules.moses --out data/moses_safe --train 200000 --valid 5000 --test 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import io
+import json
+import multiprocessing
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from jaxdllm.errors import DataError
+
+WHEEL = "molsets==0.3.1"
+MEMBERS = {"train": "moses/dataset/data/train.csv.gz", "test": "moses/dataset/data/test.csv.gz"}
+LICENCE = "MIT (the molsets wheel's LICENSE; (c) 2018 Insilico Medicine); MOSES is filtered ZINC Clean Leads"
+
+
+def fetch_wheel(cache_dir: str | Path) -> Path:
+    """The molsets wheel in `cache_dir` (downloaded with `pip download --no-deps` when absent)."""
+    cache_dir = Path(cache_dir)
+    found = sorted(cache_dir.glob("molsets-*.whl"))
+    if found:
+        return found[-1]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                           WHEEL, "-d", str(cache_dir)], capture_output=True, text=True)
+    found = sorted(cache_dir.glob("molsets-*.whl"))
+    if done.returncode or not found:
+        raise DataError(f"pip could not download {WHEEL} into {cache_dir}:\n{done.stderr[-2000:]}")
+    return found[-1]
+
+
+def read_moses(wheel: str | Path, split: str = "train") -> list[str]:
+    """The SMILES of MOSES's `split` (`train` or `test`), in file order, read from the wheel's zip."""
+    if split not in MEMBERS:
+        raise DataError(f"MOSES split must be one of {sorted(MEMBERS)}, got {split!r}")
+    with zipfile.ZipFile(wheel) as archive:
+        text = gzip.decompress(archive.read(MEMBERS[split])).decode()
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows)
+    column = header.index("SMILES")
+    return [row[column] for row in rows if row]
+
+
+def _encode_one(smiles: str) -> str | None:
+    from jaxdllm.molecules.safe_text import SafeEncodeError, smiles_to_safe
+
+    try:
+        return smiles_to_safe(smiles)
+    except SafeEncodeError:
+        return None
+
+
+def encode_all(smiles: Sequence[str], workers: int = 1) -> tuple[list[tuple[str, str]], list[str]]:
+    """`(pairs (SMILES, SAFE) in input order, the SMILES that failed)`; `workers` processes."""
+    if workers > 1:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            encoded = pool.map(_encode_one, smiles, chunksize=512)
+    else:
+        encoded = [_encode_one(s) for s in smiles]
+    pairs = [(s, e) for s, e in zip(smiles, encoded) if e is not None]
+    failed = [s for s, e in zip(smiles, encoded) if e is None]
+    return pairs, failed
+
+
+def write_pairs(path: Path, pairs: Sequence[tuple[str, str]]) -> None:
+    with gzip.open(path, "wt") as f:
+        f.writelines(f"{smiles}\t{safe}\n" for smiles, safe in pairs)
+
+
+def read_pairs(path: str | Path) -> list[tuple[str, str]]:
+    """The `(SMILES, SAFE)` pairs of a `*.tsv.gz` (or plain `.tsv`) written by `prepare`."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        pairs = [tuple(line.rstrip("\n").split("\t")) for line in f if line.strip()]
+    bad = [i for i, p in enumerate(pairs) if len(p) != 2]
+    if bad:
+        raise DataError(f"{path}: line {bad[0] + 1} is not `SMILES<TAB>SAFE`")
+    return pairs
+
+
+def write_length_histogram(path: Path, lengths: Sequence[int]) -> None:
+    """`{"token_lengths": {length: molecules}}`: the SAFE token lengths (no [CLS]/[SEP]) of a training set."""
+    values, counts = np.unique(np.asarray(lengths), return_counts=True)
+    path.write_text(json.dumps({"token_lengths": {int(v): int(c) for v, c in zip(values, counts)}}) + "\n")
+
+
+def read_length_histogram(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """`(lengths [K] int, probabilities [K] float)` of a `lengths.json`: the distribution GenMol's
+    sampler draws a molecule's token count from."""
+    table = json.loads(Path(path).read_text())["token_lengths"]
+    lengths = np.asarray([int(k) for k in table], np.int64)
+    counts = np.asarray(list(table.values()), np.float64)
+    return lengths, counts / counts.sum()
+
+
+def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000, test: int = 5_000,
+            seed: int = 0, workers: int = 1, cache_dir: str | Path | None = None) -> dict:
+    """Write the data folder described in the module docstring; returns its `stats.json` dict.
+
+    Args:
+      out: the folder.
+      train, valid: molecules drawn (without replacement, `seed`) from MOSES train; `train=None`
+        takes all the rest. test: the first molecules of a `seed` permutation of MOSES test.
+      workers: encoding processes.
+      cache_dir: where the wheel is kept (default `out/.wheel`).
+    """
+    from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer, split_safe
+
+    out = Path(out)
+    wheel = fetch_wheel(cache_dir or out / ".wheel")
+    rng = np.random.default_rng(seed)
+    moses_train = read_moses(wheel, "train")
+    order = rng.permutation(len(moses_train))
+    valid_smiles = [moses_train[i] for i in order[:valid]]
+    stop = len(order) if train is None else valid + train
+    train_smiles = [moses_train[i] for i in order[valid:stop]]
+    moses_test = read_moses(wheel, "test")
+    test_smiles = [moses_test[i] for i in rng.permutation(len(moses_test))[:test]]
+    out.mkdir(parents=True, exist_ok=True)
+    stats = {"source": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "licence": LICENCE,
+             "encoding": "safe-mol SAFEConverter(slicer='brics', ignore_stereo=True).encoder(allow_empty=True)",
+             "seed": seed, "splits": {}}
+    for name, smiles in (("train", train_smiles), ("valid", valid_smiles), ("test", test_smiles)):
+        pairs, failed = encode_all(smiles, workers)
+        write_pairs(out / f"{name}.tsv.gz", pairs)
+        stats["splits"][name] = {"molecules": len(smiles), "encoded": len(pairs), "failed": len(failed),
+                                 "failed_examples": failed[:5]}
+        if name == "train":
+            tokenizer = build_safe_tokenizer(s for _, s in pairs)
+            save_safe_tokenizer(tokenizer, out / "tokenizer")
+            lengths = [len(split_safe(s)) for _, s in pairs]
+            write_length_histogram(out / "lengths.json", lengths)
+            stats["vocab_size"] = tokenizer.vocab_size
+            stats["length"] = {"mean": float(np.mean(lengths)), "min": int(min(lengths)), "max": int(max(lengths))}
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the data folder to write")
+    parser.add_argument("--train", type=int, default=200_000, help="training molecules (0: all)")
+    parser.add_argument("--valid", type=int, default=5_000)
+    parser.add_argument("--test", type=int, default=5_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=max(1, (multiprocessing.cpu_count() or 1)))
+    parser.add_argument("--cache-dir", default=None, help="where the molsets wheel is kept")
+    args = parser.parse_args(argv)
+    stats = prepare(args.out, train=args.train or None, valid=args.valid, test=args.test, seed=args.seed,
+                    workers=args.workers, cache_dir=args.cache_dir)
+    print(json.dumps({k: v for k, v in stats.items() if k != "sha256"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

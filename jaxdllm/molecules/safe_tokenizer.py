@@ -1,0 +1,68 @@
+"""GenMol's tokenization of SAFE strings: SAFE's regex splitter (one token per bracket atom, atom,
+bond, branch, ring digit or `.`), a word-level vocabulary built from the training strings, and
+GenMol's special tokens with their ids: `[UNK]` 0, `[CLS]` 1 (BOS), `[SEP]` 2 (EOS), `[PAD]` 3,
+`[MASK]` 4. Encoding adds `[CLS] ... [SEP]`; decoding joins tokens with nothing between them.
+
+The published tokenizer (`datamol-io/safe-gpt`, vocabulary 1880) is a BPE over the same splitter whose
+merges never cross a split, so each token is one split piece there too; a vocabulary built from the
+training data is the same map on those pieces, with rare bracket atoms it never saw read as `[UNK]`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Iterable
+
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, processors
+
+from jaxdllm.tokenizer import Tokenizer
+
+# SAFE's splitter (safe-mol 0.2.1's, with its `%(NNN)` ring numbers).
+SAFE_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|\*|\$"
+                r"|\%\([0-9]{1,5}\)|\%[0-9]{2}|[0-9])")
+SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # ids 0..4, GenMol's
+TOKENIZER_CONFIG = {"unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]", "pad_token": "[PAD]",
+                    "mask_token": "[MASK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
+
+
+def split_safe(text: str) -> list[str]:
+    """The splitter's pieces of `text` (their concatenation is `text` for any SAFE string)."""
+    import re
+
+    return re.findall(SAFE_PATTERN, text)
+
+
+def build_safe_tokenizer(safe_strings: Iterable[str], *, min_count: int = 1) -> Tokenizer:
+    """A tokenizer whose vocabulary is the special tokens then every piece seen in `safe_strings` at
+    least `min_count` times (most frequent first, ties by text)."""
+    counts = collections.Counter(piece for s in safe_strings for piece in split_safe(s))
+    pieces = sorted((p for p, n in counts.items() if n >= min_count), key=lambda p: (-counts[p], p))
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split(tokenizers.Regex(SAFE_PATTERN), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    return Tokenizer(backend, special_tokens=dict(TOKENIZER_CONFIG))
+
+
+def save_safe_tokenizer(tokenizer: Tokenizer, directory: str | Path, *, model_max_length: int | None = None) -> Path:
+    """Write `tokenizer.json` and `tokenizer_config.json` (the special tokens) into `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.backend.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+              **TOKENIZER_CONFIG}
+    if model_max_length is not None:
+        config["model_max_length"] = int(model_max_length)
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return directory
+
+
+__all__ = ["SAFE_PATTERN", "SPECIAL_TOKENS", "build_safe_tokenizer", "save_safe_tokenizer", "split_safe"]
