@@ -1,5 +1,5 @@
 """Model families: one module each (`llada`, `dream`, `qwen2_llama`, `qwen3`, `block_diffusion`, `sdar`,
-`llada2`, `wedlm`) or one subpackage for a family with a model of its own (`diffusion_gemma`, `xlnet`),
+`llada2`, `wedlm`) or one subpackage for a family with a model of its own (`diffusion_gemma`, `xlnet`, `bert`),
 holding its model_types, presets, config.json reading and writing, tensor table, special ids, model,
 parameter count and default sampler. Everything else dispatches through `FAMILIES`: a new family is one module and one
 line here; `register` checks it against the protocol (`family.FAMILY_PROTOCOL`).
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from jaxdllm.errors import CheckpointError, ConfigError
 from jaxdllm.models.config import ModelConfig, register_family_config, register_presets
-from jaxdllm.models.families import (block_diffusion, diffusion_gemma, dream, llada, llada2, qwen2_llama,
-                                      qwen3, sdar, wedlm, xlnet)
+from jaxdllm.models.families import (bert, block_diffusion, diffusion_gemma, dream, llada, llada2,
+                                      qwen2_llama, qwen3, sdar, wedlm, xlnet)
 from jaxdllm.models.families.family import Family, check_family
 from jaxdllm.models.transformer import register_model
 
@@ -44,6 +44,7 @@ FAMILIES: tuple[Family, ...] = register(
     llada2.FAMILY,
     diffusion_gemma.FAMILY,
     xlnet.FAMILY,
+    bert.FAMILY,
 )
 
 SUPPORTED_MODEL_TYPES = tuple(t for family in FAMILIES for t in family.model_types)

@@ -1,0 +1,164 @@
+"""GenMol's Lightning checkpoint -> a transformers `BertForMaskedLM` folder that jaxdllm loads.
+
+GenMol (NVIDIA, arXiv 2501.06158) publishes its weights as a PyTorch Lightning pickle (`model.ckpt` of
+`nvidia/NV-GenMol-89M-v1`, NGC `genmol_v1`/`genmol_v2`), not as safetensors. It holds:
+
+* `state_dict`: the backbone's tensors under `backbone.` (`backbone.bert.…`, `backbone.cls.predictions.…`);
+* `hyper_parameters["config"]`: GenMol's `configs/base.yaml`, whose `model:` block are the keyword
+  arguments of transformers' `BertConfig` (an OmegaConf `DictConfig` or a plain dict);
+* `ema`: `{decay, num_updates, shadow_params}`, the parameter EMA GenMol samples with; `shadow_params`
+  are tensors in `backbone.parameters()` order (tied parameters once).
+
+`convert_genmol_checkpoint` builds a `BertForMaskedLM` from that config (it fixes the order of
+`named_parameters()`), loads the backbone's tensors, puts the EMA weights in their place (default) and
+writes the folder with `save_pretrained` (safetensors, config.json with GenMol's special ids: [MASK] 4,
+[CLS] 1 as bos, [SEP] 2 as eos, [PAD] 3). Reading the pickle runs its code (`torch.load(weights_only=
+False)`): convert only checkpoints you trust. Needs torch and transformers (and omegaconf when the
+checkpoint pickled a `DictConfig`).
+
+    python -m jaxdllm.models.families.bert.genmol_checkpoint model.ckpt genmol-v1 [--no-ema] [--tokenizer DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from jaxdllm.errors import CheckpointError
+from jaxdllm.models.families.bert.bert_config import GENMOL_IDS
+
+PREFIX = "backbone."
+# Buffers a BERT state_dict may carry (non-persistent in recent transformers): no parameter.
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth")
+
+
+def _plain(value):
+    """A plain dict/list tree from an OmegaConf `DictConfig`/`ListConfig`, a Lightning `AttributeDict` or a dict."""
+    if isinstance(value, Mapping) or (hasattr(value, "keys") and hasattr(value, "__getitem__")
+                                      and not isinstance(value, (str, bytes))):
+        return {str(k): _plain(value[k]) for k in value.keys()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):  # a list, tuple or ListConfig
+        return [_plain(v) for v in value]
+    return value
+
+
+def read_genmol_checkpoint(ckpt_path: str | Path) -> dict:
+    """The unpickled Lightning checkpoint (on the CPU); errors name the file and what to do."""
+    import torch
+
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise CheckpointError(f"GenMol checkpoint {path} does not exist (a Lightning .ckpt file, e.g. model.ckpt "
+                              "of nvidia/NV-GenMol-89M-v1)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as e:
+        raise CheckpointError(f"{path}: unpickling needs the module {e.name!r} (GenMol's checkpoint pickles its "
+                              f"OmegaConf config): pip install {e.name.split('.')[0]}") from e
+    if not isinstance(ckpt, Mapping) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is not a Lightning checkpoint: no 'state_dict' in it")
+    return ckpt
+
+
+def genmol_model_config(ckpt: Mapping, where: str = "checkpoint") -> dict:
+    """The `model:` block of GenMol's config (`hyper_parameters["config"]["model"]`): `BertConfig` kwargs."""
+    hparams = _plain(ckpt.get("hyper_parameters") or {})
+    config = hparams.get("config", hparams)
+    model = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(model, dict) or "hidden_size" not in model:
+        found = sorted(config) if isinstance(config, dict) else config
+        raise CheckpointError(f"{where}: no BERT config at hyper_parameters['config']['model'] (GenMol's "
+                              f"configs/base.yaml `model:` block); found {found!r}")
+    return {k: v for k, v in model.items() if not k.startswith("_")}
+
+
+def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use_ema: bool = True,
+                              tokenizer_dir: str | Path | None = None) -> Path:
+    """Write GenMol's Lightning checkpoint as a transformers `BertForMaskedLM` folder; returns `out_dir`.
+
+    Args:
+      ckpt_path: the Lightning `.ckpt` (see the module notes).
+      out_dir: the folder to write (created): `model.safetensors`, `config.json`.
+      use_ema: the EMA weights (`ema.shadow_params`, what GenMol samples with) replace the trained ones,
+        matched to `BertForMaskedLM.named_parameters()` in order; False keeps `state_dict`'s.
+      tokenizer_dir: a folder whose tokenizer files (everything but config.json and weight files) are
+        copied in too.
+    """
+    import torch
+    import transformers
+
+    ckpt = read_genmol_checkpoint(ckpt_path)
+    where = str(ckpt_path)
+    kwargs = genmol_model_config(ckpt, where)
+    config = transformers.BertConfig(**kwargs)
+    model = transformers.BertForMaskedLM(config).eval()
+
+    state = {k[len(PREFIX):]: v for k, v in ckpt["state_dict"].items() if k.startswith(PREFIX)}
+    if not state:
+        raise CheckpointError(f"{where}: state_dict holds no '{PREFIX}…' tensors (GenMol's BERT backbone)")
+    params = dict(model.named_parameters())
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k in params]
+    unexpected = [k for k in unexpected if not k.endswith(_BUFFERS)]
+    if missing or unexpected:
+        raise CheckpointError(f"{where}: the backbone does not match its config's BertForMaskedLM: missing "
+                              f"{missing[:8]}, unexpected {unexpected[:8]}")
+
+    ema = ckpt.get("ema")
+    if use_ema:
+        shadow = list((ema or {}).get("shadow_params") or [])
+        if not shadow:
+            raise CheckpointError(f"{where}: no EMA weights (ema.shadow_params); convert with use_ema=False "
+                                  "(--no-ema) to keep the trained weights")
+        if len(shadow) != len(params):
+            raise CheckpointError(f"{where}: ema.shadow_params holds {len(shadow)} tensors but the backbone has "
+                                  f"{len(params)} parameters")
+        with torch.no_grad():
+            for (name, p), s in zip(params.items(), shadow):
+                if tuple(s.shape) != tuple(p.shape):
+                    raise CheckpointError(f"{where}: EMA tensor for {name} has shape {list(s.shape)}, expected "
+                                          f"{list(p.shape)}")
+                p.copy_(s.to(p.dtype))
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    file = out / "config.json"
+    raw = json.loads(file.read_text())
+    for key, value in GENMOL_IDS.items():  # the SAFE tokenizer's ids, where GenMol's config names none
+        if kwargs.get(key) is None:
+            raw[key] = value
+    raw["genmol_checkpoint"] = {"source": Path(ckpt_path).name, "ema": bool(use_ema)}
+    if use_ema:
+        raw["genmol_checkpoint"]["ema_num_updates"] = int(ema.get("num_updates") or 0)
+    file.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
+    if tokenizer_dir is not None:
+        for f in sorted(Path(tokenizer_dir).iterdir()):
+            if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
+                shutil.copy2(f, out / f.name)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxdllm.models.families.bert.genmol_checkpoint",
+                                     description="Convert GenMol's Lightning checkpoint to a transformers "
+                                                 "BertForMaskedLM folder that jaxdllm loads.")
+    parser.add_argument("ckpt", help="GenMol's Lightning .ckpt (e.g. model.ckpt of nvidia/NV-GenMol-89M-v1)")
+    parser.add_argument("out", help="the folder to write")
+    parser.add_argument("--no-ema", action="store_true", help="keep the trained weights instead of the EMA ones")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder to copy into the output")
+    args = parser.parse_args(argv)
+    try:
+        out = convert_genmol_checkpoint(args.ckpt, args.out, use_ema=not args.no_ema, tokenizer_dir=args.tokenizer)
+    except CheckpointError as e:
+        parser.exit(2, f"error: {e}\n")
+    print(f"wrote {out} ({'EMA' if not args.no_ema else 'trained'} weights)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
