@@ -79,6 +79,7 @@ CANVAS_PLANS = {
     "draft_canvas": [("jacobi", "tiny-qwen2", TINY, {}), ("specdiff", "tiny-qwen2", TINY, {"drafter": "tiny-llada"})],
     "uniform_canvas": [("diffusiongemma", "tiny-diffusiongemma", _DG, {})],
     "freedave_canvas": [("freedave", "tiny-llada", TINY, {})],
+    "genmol_canvas": [("genmol", "tiny-llada", TINY, {}), ("genmol-motif", "tiny-llada", TINY, {})],
     "apd_canvas": [("apd", "tiny-llada", TINY, {"verifier": "tiny-qwen2"})],
     "wedlm_canvas": [("wedlm", "tiny-wedlm", TINY, {})],
     "assd_canvas": [("assd", "tiny-xlnet", {**TINY, "num_kv_heads": TINY["num_heads"]}, {})],  # XLNet: no GQA

@@ -216,8 +216,19 @@ def _hogwild(preset):
         assert text.startswith("A1:") and "B1:" in text, text
 
 
+def _genmol(preset):
+    """GenMol's presets on the diffusion model, their noise and guidance off (T 0, r 0: LLaDA's one-token
+    low-confidence order over one block): the README's answers. Their sampling on molecules:
+    tests/decoding/test_genmol_sampler.py."""
+    model, tok, defaults = jaxdllm.load("tasks-llada-small")
+    config = SamplerConfig.preset(preset, gen_length=defaults.gen_length, temperature=0.0, randomness=0.0,
+                                  guidance_gamma=0.0)
+    batch = tok(list(PROMPTS.values()))
+    assert tok.answers(jaxdllm.generate(model, batch.ids, config, attention_mask=batch.mask)) == ANSWERS, preset
+
+
 # canvases whose models are prompted in their own format -> a check of that
-OWN_FORMAT = {"multiverse_canvas": _multiverse, "hogwild_canvas": _hogwild}
+OWN_FORMAT = {"multiverse_canvas": _multiverse, "hogwild_canvas": _hogwild, "genmol_canvas": _genmol}
 
 
 @pytest.mark.slow  # every preset compiles its loop: ~20 s

@@ -9,6 +9,7 @@ from jaxdllm.decoding.assd_canvas import AssdCanvas
 from jaxdllm.decoding.canvas import Canvas, CanvasRegistry
 from jaxdllm.decoding.draft_canvas import DraftCanvas
 from jaxdllm.decoding.freedave_canvas import FreedaveCanvas
+from jaxdllm.decoding.genmol_canvas import GenmolCanvas
 from jaxdllm.decoding.hogwild_canvas import HogwildCanvas
 from jaxdllm.decoding.masked_canvas import MaskedCanvas
 from jaxdllm.decoding.multiverse_canvas import MultiverseCanvas
@@ -19,7 +20,7 @@ CANVASES: CanvasRegistry = CanvasRegistry("canvas")
 register_canvas = CANVASES.register  # checks the class against `Canvas`, then makes it a policy's `canvas`
 
 for _cls in (MaskedCanvas, DraftCanvas, UniformCanvas, FreedaveCanvas, ApdCanvas, WedlmCanvas, AssdCanvas,
-             MultiverseCanvas, HogwildCanvas):
+             MultiverseCanvas, HogwildCanvas, GenmolCanvas):
     register_canvas(_cls)
 
 

@@ -411,6 +411,19 @@ SAMPLER_PRESETS: dict[str, SamplerConfig] = {
     # ends the problem, else the greedy 16-token finisher. Greedy (the published loop samples where the model's
     # generation config does). The texts come from the checkpoint's tokenizer (`sampler_defaults`).
     "hogwild": SamplerConfig(gen_length=256, policy="hogwild", workers=2, check_every=256, finisher_tokens=16),
+    # GenMol (V1 hparams; jaxdllm/decoding/genmol_canvas.py): the MASK tokens of a given canvas
+    # (`genmol_canvas`), one per step and row by sampled confidence plus Gumbel noise of scale r annealed
+    # to 0, tempered softmax T; molecular context guidance (gamma of the context masked, w = 2) on the
+    # fragment tasks. gen_length 1: the canvas is given (a plain prompt gets gen_length MASK after it).
+    "genmol": SamplerConfig(gen_length=1, policy="genmol", temperature=0.5, randomness=0.5),
+    "genmol-denovo": SamplerConfig(gen_length=1, policy="genmol", temperature=0.5, randomness=0.5),
+    "genmol-linker": SamplerConfig(gen_length=1, policy="genmol", temperature=1.2, randomness=3.0),
+    "genmol-motif": SamplerConfig(gen_length=1, policy="genmol", temperature=1.2, randomness=1.2, guidance_gamma=0.3),
+    "genmol-scaffold": SamplerConfig(gen_length=1, policy="genmol", temperature=1.2, randomness=2.0,
+                                     guidance_gamma=0.3),
+    "genmol-superstructure": SamplerConfig(gen_length=1, policy="genmol", temperature=1.2, randomness=2.0,
+                                           guidance_gamma=0.4),
+    "genmol-remask": SamplerConfig(gen_length=1, policy="genmol", temperature=1.2, randomness=2.0),
 }
 
 # One line per preset: what it decodes with (`jaxdllm generate --help` lists them; a test checks that
@@ -454,4 +467,11 @@ SAMPLER_PRESET_SUMMARIES: dict[str, str] = {
     "assd-greedy": "ASSD at T 0: drafts kept while they are the verifier's argmax: sequential greedy (exact)",
     "multiverse": "Multiverse: fork at </Goal> into one row per outline over shared K/V pages, merge at </Path>, T 0.6",
     "hogwild": "Hogwild!: 2 workers over one shared cache, steps joining a common history, the finisher at the end",
+    "genmol": "GenMol de novo: a given canvas's MASKs one per step by sampled confidence + Gumbel noise, T 0.5, r 0.5",
+    "genmol-denovo": "GenMol de novo (the same as genmol): T 0.5, r 0.5, no guidance",
+    "genmol-linker": "GenMol linker design: T 1.2, r 3, no guidance",
+    "genmol-motif": "GenMol motif extension: T 1.2, r 1.2, context guidance gamma 0.3 (w 2)",
+    "genmol-scaffold": "GenMol scaffold decoration: T 1.2, r 2, context guidance gamma 0.3 (w 2)",
+    "genmol-superstructure": "GenMol superstructure generation: T 1.2, r 2, context guidance gamma 0.4 (w 2)",
+    "genmol-remask": "GenMol fragment remasking (PMO, lead optimization): T 1.2, r 2, no guidance",
 }

@@ -84,6 +84,9 @@ POLICY_SETUP = {
         "digit_ids": tuple(range(20, 30)), "others_header": (17,), "own_header": (18,), "check_ids": (19,),
         "finisher_ids": (30, 31), "finisher_tokens": 2, "newline_start_ids": (5,), "newline_end_ids": (5,),
         "page_size": 4}},
+    # GenMol's sampler with context guidance (two forwards a step); its given canvases, the published loop and
+    # the presets: tests/decoding/test_genmol_sampler.py
+    "genmol": {"config": {"temperature": 1.2, "randomness": 2.0, "guidance_gamma": 0.3}},
 }
 
 

@@ -71,6 +71,9 @@ CASES = {
     "multiverse": ("tasks-qwen2-small-multiverse", PARTS, {"newlines": False, "temperature": 0.0}),
     # the default texts do not fit the character model's 96 positions: a compact format (the prompt alone)
     "hogwild": ("tasks-qwen2-small", LONG, {"gen_length": 48, **COMPACT_HOGWILD}),
+    # GenMol's sampler on plain prompts (gen_length MASK after each), its sampling and guidance as published
+    **{p: ("tasks-llada-small", TASKS, {}) for p in ("genmol", "genmol-denovo", "genmol-linker", "genmol-motif",
+                                                     "genmol-scaffold", "genmol-superstructure", "genmol-remask")},
 }
 # the default run: a masked canvas in the block layout with a policy that re-decides its block, and a
 # draft canvas; the slow run every other preset (the other canvases: uniform, FreeDave, APD; every cache)

@@ -25,6 +25,7 @@ in the registration loop below (or a `register_policy` call from user code); the
 | `multiverse` | Multiverse | a causal model that writes `<Parallel>` blocks forks into one row per outline at `</Goal>` over shared cache blocks and merges the paths without copying (`multiverse_canvas.py`) |
 | `hogwild` | Hogwild! | N workers of one causal model write at once over a shared cache, each seeing the others' newest tokens in the same forward; finished steps move into a common history (`hogwild_canvas.py`) |
 | `diffusiongemma` | DiffusionGemma | the entropy bound on a uniform-noise canvas, renoising the rest (`uniform_canvas.py`) |
+| `genmol` | GenMol | a given canvas's MASKs, the top sampled confidences + annealed Gumbel noise per step, molecular context guidance (`genmol_canvas.py`) |
 
 `jacobi`, `lookahead`, `medusa`, `bpd` and `token_recycling` are draft-and-verify policies
 (`draft_verify.DraftVerifyPolicy`): a new one is one module defining `layout`, `start`, `propose`
@@ -46,6 +47,7 @@ from jaxdllm.decoding.policies.entropy_bound import EntropyBound, entropy_bound_
 from jaxdllm.decoding.policies.factor import Factor
 from jaxdllm.decoding.policies.hogwild import Hogwild
 from jaxdllm.decoding.policies.freedave import FreeDave
+from jaxdllm.decoding.policies.genmol import Genmol
 from jaxdllm.decoding.policies.jacobi import Jacobi
 from jaxdllm.decoding.policies.learn2pd import Learn2PD, Learn2PDFilter
 from jaxdllm.decoding.policies.llada import Llada
@@ -67,12 +69,12 @@ policy_class = POLICIES.lookup
 
 for _cls in (Llada, Threshold, Factor, Entropy, EntropyBound, LocalLeap, Credit, Prophet, Learn2PD, Dream, Jacobi,
              Lookahead, TokenEditing, DiffusionGemma, Medusa, Bpd, TokenRecycling, FreeDave,
-             SpecDiffusion, Apd, Wedlm, Assd, Multiverse, Hogwild):
+             SpecDiffusion, Apd, Wedlm, Assd, Multiverse, Hogwild, Genmol):
     register_policy(_cls)
 
 
 __all__ = ["Apd", "Assd", "Bpd", "Commit", "ConfidencePolicy", "Credit", "DiffusionGemma", "DraftVerifyPolicy", "Dream", "Entropy",
-           "EntropyBound", "Factor", "FreeDave", "Hogwild", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
+           "EntropyBound", "Factor", "FreeDave", "Genmol", "Hogwild", "Jacobi", "Learn2PD", "Learn2PDFilter", "Llada", "LocalLeap",
            "Lookahead", "Medusa", "Multiverse", "POLICIES", "Policy", "Prophet", "SpecDiffusion", "TokenRecycling",
            "StepContext", "Threshold", "TokenEditing", "VerifyLayout", "Wedlm", "choose_tokens", "dream_timesteps",
            "entropy_bound_accept", "policy_class", "rank_among", "register_policy", "scheduled_count",
