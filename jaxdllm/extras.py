@@ -4,6 +4,7 @@
     pip install -e ".[notebooks]"   colab/ notebooks run locally (jupytext, nbclient, ipykernel, matplotlib)
     pip install -e ".[bench]"       sampling/ benchmarks (torch CPU, transformers, matplotlib)
     pip install -e ".[serve]"       jaxdllm serve, the OpenAI-compatible server (ray[serve], fastapi, openai)
+    pip install -e ".[molecules]"   jaxdllm molecules and jaxdllm.molecules: GenMol (rdkit, safe-mol, matplotlib)
     pip install -e ".[test]"        the tests (pytest, torch CPU, transformers)
 
 `jaxdllm generate`, `inspect`, `convert`, `train` and `distill` need no extra.

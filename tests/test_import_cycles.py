@@ -15,7 +15,7 @@ LAYERS = [["errors", "validation", "shipped", "extras", "output_paths", "distrib
           ["models", "registry"],
           ["checkpoint", "tokenizer", "decoding", "data"],
           ["pretrained", "memory_plan", "flops"],
-          ["train", "eval", "serving"],
+          ["train", "eval", "serving", "molecules"],
           ["lowering", "cli"]]
 
 

@@ -10,6 +10,7 @@
   jaxdllm distill learn2pd RECIPE.toml       Learn2PD's filter from those states, saved beside the model
   jaxdllm launch -n N [--devices-per-process D] -- COMMAND   N local processes of one multi-process job
   jaxdllm serve MODEL [--preset P] [--replicas N] [--port 8000]   an OpenAI-compatible server (Ray Serve)
+  jaxdllm molecules design|eval|optimize [--model M]   GenMol: molecules from a masked model over SAFE strings
 
 The commands that compile (generate, eval, train, distill) use JAX's persistent compilation cache
 in `~/.cache/jaxdllm/xla` (`$JAXDLLM_COMPILATION_CACHE` names another folder, `off` turns it off):
@@ -23,7 +24,7 @@ import sys
 import warnings
 
 from jaxdllm.cli import (convert_command, distill_command, eval_command, generate_command, inspect_command,
-                         launch_command, serve_command, train_command)
+                         launch_command, molecules_command, serve_command, train_command)
 from jaxdllm.cli.common import DEFAULT_MODEL, DEFAULT_MODEL_NAME, interrupted, parse_sets
 from jaxdllm.cli.eval_command import default_eval_dir
 
@@ -33,7 +34,7 @@ from jaxdllm.cli.eval_command import default_eval_dir
 # run tells the user, or None) and `MEMORY` (what to lower when the device runs out, or None). The
 # docstring above is the `--help` text.
 COMMANDS = {m.NAME: m for m in (generate_command, eval_command, inspect_command, convert_command, distill_command,
-                                train_command, launch_command, serve_command)}
+                                train_command, launch_command, serve_command, molecules_command)}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -127,7 +127,11 @@ class DraftCanvas(Canvas):
         axes = state.cache.batch_axes()
         logits, hidden, cache = jax.vmap(row, in_axes=(0, 0, 0, axes), out_axes=(0, 0, axes))(
             ids, positions, start, state.cache)
-        predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)                       # [B, length]
+        if config.temperature > 0 and getattr(policy, "samples", False):  # autoregressive sampling (window 1)
+            noise = jax.random.gumbel(key, logits.shape, jnp.float32)
+            predicted = jnp.argmax(logits.astype(jnp.float32) / config.temperature + noise, axis=-1).astype(jnp.int32)
+        else:
+            predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)                   # [B, length]
         if shape.tree:
             verdict = policy.accept(predicted, proposal, candidates, logits=logits, key=key,
                                     temperature=config.temperature)

@@ -219,3 +219,31 @@ def test_jacobi_compiles_once_per_prompt_bucket(saved, compiles):
     assert not compiles, compiles
     jaxdllm.generate(model, ids_c, config, attention_mask=mask_c)
     assert compiles  # a new bucket is a new shape
+
+
+def test_window_one_at_a_temperature_is_ancestral_sampling(saved):
+    """Jacobi with a window of 1 samples each token from softmax(logits / T) (transformers' logits of
+    the prompt): the first generated token's frequencies over 4096 rows fit that distribution (chi-squared);
+    wider windows stay greedy-only."""
+    hf, path = saved
+    model = jaxdllm.from_pretrained(path, pad_token_id=PAD)
+    ids, mask, _ = prompts([5], seed=3, vocab=model.config.vocab_size)
+    rows, temperature = 4096, 0.8
+    config = SamplerConfig(policy="jacobi", window=1, gen_length=1, temperature=temperature, prompt_bucket=8,
+                           stop_at_eos=False)
+    out = jaxdllm.generate(model, np.repeat(ids, rows, 0), config, attention_mask=np.repeat(mask, rows, 0),
+                           key=jax.random.key(7))
+    with torch.no_grad():
+        logits = hf(input_ids=torch.as_tensor(ids, dtype=torch.long)).logits[0, -1].double().numpy()
+    p = np.exp((logits - logits.max()) / temperature)
+    p /= p.sum()
+    counts = np.bincount(np.asarray(out.generated)[:, 0], minlength=len(p))
+    big = p * rows >= 5  # bins with enough expected counts; the rest pooled
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(p[big] * rows, p[~big].sum() * rows)
+    keep = expected > 0
+    chi2 = (((observed - expected) ** 2)[keep] / expected[keep]).sum()
+    dof = keep.sum() - 1
+    assert dof >= 5 and chi2 < dof + 6 * np.sqrt(2 * dof), (chi2, dof)
+    with pytest.raises(ConfigError, match="greedy"):
+        SamplerConfig(policy="jacobi", window=2, temperature=0.5)

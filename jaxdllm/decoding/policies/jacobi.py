@@ -58,8 +58,15 @@ class Jacobi(DraftVerifyPolicy):
     recycle_capacity: int = 64
     name = "jacobi"
 
+    @property
+    def samples(self) -> bool:
+        """Window 1 is autoregressive decoding: at a temperature above 0 each step samples its token
+        (ancestral sampling); wider windows verify drafts against greedy decoding only."""
+        return self.window == 1 and self.blocks == 0 and self.recycle == 0
+
     def check(self, config):
-        super().check(config)
+        if not (self.samples and config.temperature > 0):
+            super().check(config)
         if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
             raise ConfigError(f"window must be an integer >= 1 (the draft window), got {self.window!r}")
         if self.draft_init not in DRAFT_INITS:

@@ -22,16 +22,11 @@ from jaxdllm.models.families.bert.modeling import BertAttention, BertLayer, Bert
 from jaxdllm.models.families.family import Family
 
 PRESET = "genmol"  # GenMol's confidence sampler (jaxdllm.decoding)
-FALLBACK_PRESET = "llada"
 
 
 def default_preset(config: BertConfig) -> str:
-    """`genmol`: GenMol's sampler (one token per step by confidence with annealed Gumbel noise).
-    Until that preset is registered, `llada`."""
-    from jaxdllm.decoding.config import SAMPLER_PRESETS  # (the decoding package imports the models)
-
-    # TODO: genmol -- drop the fallback once the `genmol` sampler preset is in jaxdllm.decoding.
-    return PRESET if PRESET in SAMPLER_PRESETS else FALLBACK_PRESET
+    """`genmol`: GenMol's sampler (one token per step by confidence with annealed Gumbel noise)."""
+    return PRESET
 
 
 FAMILY = Family(name="bert", model_types=MODEL_TYPES, checkpoint_format="bert", presets=PRESETS,
