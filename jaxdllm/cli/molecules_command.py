@@ -23,7 +23,6 @@ MEMORY = "-n or --batch-size"
 DEFAULT_GENMOL = "moses-bert-small-genmol"
 DEFAULT_CAUSAL = "moses-qwen2-small-causal"
 TASKS = ("denovo", "motif", "scaffold", "linker", "superstructure")
-DATA = Path("training/data/moses_safe")
 
 
 def add_parser(sub) -> None:
@@ -42,13 +41,14 @@ def add_parser(sub) -> None:
     evaluate.add_argument("--fragments", type=int, default=10,
                           help="held-out test molecules whose fragments the fragment tasks use (0: none)")
     evaluate.add_argument("--per-fragment", type=int, default=100, help="samples per fragment and task")
-    evaluate.add_argument("--data", default=str(DATA), help="the prepared data folder (training and test molecules)")
+    evaluate.add_argument("--data", default=None,
+                          help="the prepared data folder (default: the shipped slice, training/data/moses_safe)")
     optimize = actions.add_parser("optimize", help="fragment remasking against an oracle vs. random sampling")
     optimize.add_argument("--oracle", default="qed")
     optimize.add_argument("--budget", type=int, default=1000, help="oracle calls")
     optimize.add_argument("--warmup", type=int, default=100, help="oracle calls of recombination only")
     optimize.add_argument("--reference", type=int, default=5000, help="training molecules whose fragments seed it")
-    optimize.add_argument("--data", default=str(DATA))
+    optimize.add_argument("--data", default=None, help="the prepared data folder (default: the shipped slice)")
     for q in (design, evaluate, optimize):
         q.add_argument("--model", default=DEFAULT_GENMOL, help="checkpoint folder or shipped name")
         q.add_argument("--seed", type=int, default=0)
@@ -82,9 +82,9 @@ def run(args) -> int:
         print(f"{len(valid)} of {args.n} samples are valid molecules"
               + ("" if args.task == "denovo" else " containing the fragment"), file=sys.stderr)
         return 0
-    from jaxdllm.molecules.moses import read_pairs
+    from jaxdllm.molecules.moses import read_pairs, shipped_data_dir
 
-    data = Path(args.data)
+    data = Path(args.data) if args.data else shipped_data_dir()
     if args.action == "eval":
         from jaxdllm.molecules.causal_baseline import CausalDesigner
         from jaxdllm.molecules.evaluation import evaluate_denovo, evaluate_fragments

@@ -113,6 +113,12 @@ class Designer:
                              "(pass lengths= a lengths.json written by `python -m jaxdllm.molecules.moses`)")
         return cls(pretrained.model, pretrained.tokenizer, read_length_histogram(file), batch_size)
 
+    @property
+    def max_canvas(self) -> int:
+        """The longest canvas the model decodes: its positions less the loop's one answer column and the
+        prompt bucket's rounding."""
+        return self.model.config.max_position - 4
+
     # -- the shared engine --------------------------------------------------------------------------------
     def _ids(self, name: str) -> int:
         return self.tokenizer.token_to_id(self.tokenizer.special_tokens[name])
@@ -123,10 +129,15 @@ class Designer:
         `preset`: a `genmol-*` name or a `SamplerConfig`; `settings` override it (e.g. `temperature=1.0`).
         Returns `(SAFE strings, forwards per sample)`."""
         config = SamplerConfig.preset(preset) if isinstance(preset, str) else preset
-        if settings:
-            config = config.replace(**settings)
+        # canvases are short and of many widths: a small prompt bucket keeps them inside max_position
+        config = config.replace(**{"prompt_bucket": 4, **settings})
         bos, eos, pad, mask = (self._ids(k) for k in ("bos_token", "eos_token", "pad_token", "mask_token"))
         encoded = [self.tokenizer.encode(p, add_special_tokens=False) if p else [] for p in prompts]
+        room = self.max_canvas - 2  # [CLS] and [SEP]
+        num_masks = [max(0, min(int(n), room - len(e))) for n, e in zip(num_masks, encoded)]
+        if any(len(e) >= room for e in encoded):
+            raise InputError(f"a prompt of {max(len(e) for e in encoded)} tokens leaves no room for masks in this "
+                             f"model's {self.model.config.max_position} positions")
         texts, nfe = [], []
         key = jax.random.key(seed)
         for start in range(0, len(prompts), self.batch_size):

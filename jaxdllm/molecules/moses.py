@@ -36,7 +36,19 @@ from jaxdllm.errors import DataError
 
 WHEEL = "molsets==0.3.1"
 MEMBERS = {"train": "moses/dataset/data/train.csv.gz", "test": "moses/dataset/data/test.csv.gz"}
+SHIPPED = Path("training/data/moses_safe")
 LICENCE = "MIT (the molsets wheel's LICENSE; (c) 2018 Insilico Medicine); MOSES is filtered ZINC Clean Leads"
+
+
+def shipped_data_dir() -> Path:
+    """The prepared slice that comes with a source checkout (`training/data/moses_safe`), from any folder."""
+    from jaxdllm.shipped import _roots
+
+    for root in _roots():
+        if (root / SHIPPED / "train.tsv.gz").is_file():
+            return root / SHIPPED
+    raise DataError(f"{SHIPPED} is not here (it comes with a clone of the repository): prepare a folder with "
+                    "`python -m jaxdllm.molecules.moses --out DIR` and pass it")
 
 
 def fetch_wheel(cache_dir: str | Path) -> Path:

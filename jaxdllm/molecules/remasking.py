@@ -130,6 +130,7 @@ def modify(designer: Designer, molecules: Sequence[str], rng: np.random.Generato
             count = int(rng.integers(config.min_masks, config.max_masks + 1))
             row = None if prompt is None else [bos, *tok.encode(prompt, add_special_tokens=False), *[mask] * count, eos]
         rows.append(row)
+    rows = [r if r is not None and len(r) <= designer.max_canvas else None for r in rows]  # too long: skipped
     live = [r for r in rows if r is not None]
     if not live:
         return [None] * len(rows)
@@ -139,8 +140,8 @@ def modify(designer: Designer, molecules: Sequence[str], rng: np.random.Generato
     for i, r in enumerate(live):
         ids[i, :len(r)] = r
     ids[len(live):] = ids[0]  # a fixed batch shape: the filler rows repeat the first
-    out = genmol_generate(designer.sampler, ids, (ids != pad).astype(np.int32), SamplerConfig.preset(config.preset),
-                          key=jax.random.key(seed))
+    out = genmol_generate(designer.sampler, ids, (ids != pad).astype(np.int32),
+                          SamplerConfig.preset(config.preset, prompt_bucket=4), key=jax.random.key(seed))
     texts = iter(tok.decode(row.tolist()) for row in np.asarray(out.tokens)[:len(live)])
     return [None if r is None else safe_to_smiles(next(texts)) for r in rows]
 
