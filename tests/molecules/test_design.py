@@ -90,7 +90,9 @@ def test_remasking_replaces_one_fragment_and_grows_short_molecules():
     assert sum(removed.values()) == 1  # every other fragment kept as it was
     assert _mask_row(d, safe, rng, RemaskingConfig(short_tokens=len(safe) + 1)) is None  # short: grown instead
     grown = _grow_prompt("CCO", rng)
-    assert grown.endswith(".") and Chem.MolFromSmiles(grown[:-1]) is not None
+    from jaxdllm.molecules.safe_text import safe_to_smiles
+
+    assert grown.endswith(".") and safe_to_smiles(grown[:-1]) == "CCO"  # one open digit: the new fragment's
 
 
 @pytest.fixture(scope="module")
