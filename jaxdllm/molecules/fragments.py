@@ -17,8 +17,9 @@ JOIN = rdChemReactions.ReactionFromSmarts("[*:1]-[1*].[1*]-[*:2]>>[*:1]-[*:2]")
 
 
 def cut(smiles: str, rng: np.random.Generator) -> list[str] | None:
-    """The two fragments of `smiles` cut at one acyclic single bond drawn at random, each with a `[1*]` at
-    the cut; None when the molecule does not parse or has no such bond."""
+    """The two fragment SMILES (each canonical, each with one `[1*]` at the cut) of `smiles` cut with
+    `Chem.FragmentOnBonds` at one acyclic single bond (`[*]-;!@[*]`) drawn uniformly with `rng` (a numpy
+    Generator); None when the molecule does not parse or has no such bond."""
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None
@@ -33,19 +34,27 @@ def cut(smiles: str, rng: np.random.Generator) -> list[str] | None:
 
 def fragment_vocabulary(smiles: Sequence[str], scores: Sequence[float], rng: np.random.Generator, *,
                         cuts_per_molecule: int = 3, size: int = 1000) -> list[tuple[str, float, int]]:
-    """`(fragment, score, heavy atoms)` of the `size` best fragments: each molecule is cut
-    `cuts_per_molecule` times and a fragment's score is the mean score of the molecules it came from."""
+    """GenMol's fragment vocabulary: `(fragment, score, size)` records of the `size` best fragments, best
+    first (ties by fragment SMILES). Each molecule of `smiles` is `cut` `cuts_per_molecule` times; a
+    fragment's score is the mean of `scores` over the molecules that gave it (a molecule counts once per
+    fragment however many of its cuts gave that fragment); a record's size is the fragment's heavy atoms
+    without the attachment point."""
     seen: dict[str, list[float]] = collections.defaultdict(list)
     for molecule, score in zip(smiles, scores):
+        pieces = set()
         for _ in range(cuts_per_molecule):
-            for fragment in cut(molecule, rng) or []:
-                seen[fragment].append(float(score))
+            pieces.update(cut(molecule, rng) or [])
+        for fragment in pieces:
+            seen[fragment].append(float(score))
     ranked = sorted(((f, float(np.mean(s))) for f, s in seen.items()), key=lambda x: (-x[1], x[0]))[:size]
     return [(f, s, heavy_atoms(f)) for f, s in ranked]
 
 
 def attach(fragment_a: str, fragment_b: str) -> str | None:
-    """The molecule joining two fragments at their `[1*]` points (a single bond), or None."""
+    """The canonical SMILES of the molecule joining two `[1*]` fragments with the reaction
+    `[*:1]-[1*].[1*]-[*:2]>>[*:1]-[*:2]` (a single bond between the atoms that held the attachment points),
+    sanitized; the first product that sanitizes and keeps no dummy atom, or None (unparsable input, no
+    attachment point, impossible valence)."""
     a, b = Chem.MolFromSmiles(fragment_a), Chem.MolFromSmiles(fragment_b)
     if a is None or b is None:
         return None
@@ -62,13 +71,14 @@ def attach(fragment_a: str, fragment_b: str) -> str | None:
 
 
 def heavy_atoms(smiles: str) -> int:
-    """Heavy atoms of `smiles` without dummies (0 when it does not parse)."""
+    """The number of heavy atoms of `smiles`, dummy atoms (`*`) not counted; 0 when it does not parse."""
     mol = Chem.MolFromSmiles(smiles)
     return 0 if mol is None else sum(a.GetAtomicNum() > 1 for a in mol.GetAtoms())
 
 
 def largest_component(smiles: str) -> str | None:
-    """The `.`-component with the most heavy atoms, canonical; None when it does not parse."""
+    """The canonical SMILES of the `.`-component of `smiles` with the most heavy atoms (the first of equals);
+    None when it is empty or does not parse."""
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     if mol is None:
         return None

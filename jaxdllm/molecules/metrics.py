@@ -3,10 +3,14 @@
 * validity: samples that decode to a molecule / all samples;
 * uniqueness: distinct canonical SMILES / valid samples;
 * quality: distinct valid molecules with QED >= 0.6 and SA <= 4 / all samples;
-* diversity: 1 - the mean Tanimoto similarity over all pairs of distinct molecules, on Morgan
-  fingerprints of radius 2 and 2048 bits (TDC's `diversity`);
+* diversity: TDC's `diversity` on the distinct valid molecules: the mean of the Tanimoto distance
+  1 - sim(i, j) over all unordered pairs i < j (the upper triangle of the similarity matrix, no diagonal),
+  on Morgan bit fingerprints of radius 2 and 2048 bits; that is 1 - the mean pairwise similarity. TDC
+  returns NaN for fewer than two molecules; here 0.0;
 * distance (fragment tasks): 1 - the mean Tanimoto similarity of the distinct valid products to the
-  molecule the fragment came from, Morgan radius 2, 1024 bits.
+  molecule the fragment came from, Morgan radius 2, 1024 bits (0.0 when there are no products);
+* contains_fragment (fragment tasks): the share of the distinct valid products that hold the fragment,
+  its attachment points removed, as a substructure (GenMol's `filter_by_substructure` criterion).
 
 SA is Ertl and Schuffenhauer's synthetic accessibility score (1 easy .. 10 hard) from the RDKit wheel's
 `Contrib/SA_Score`; QED is RDKit's (Bickerton et al.).
@@ -42,33 +46,36 @@ def _morgan(bits: int):
 
 
 def canonical(smiles: str | None) -> str | None:
-    """RDKit's canonical SMILES, or None for an empty or unparsable string."""
+    """RDKit's canonical (isomeric) SMILES of `smiles`, or None for None, an empty or unparsable string, or a
+    molecule without atoms."""
     mol = Chem.MolFromSmiles(smiles) if smiles else None
     return Chem.MolToSmiles(mol) if mol is not None and mol.GetNumAtoms() else None
 
 
 def sa_score(mol: Chem.Mol) -> float:
-    """Synthetic accessibility, 1 (easy) .. 10 (hard)."""
+    """Ertl and Schuffenhauer's synthetic accessibility of an RDKit molecule, 1 (easy) .. 10 (hard), from the
+    RDKit wheel's `Contrib/SA_Score/sascorer.py` (imported once)."""
     return float(_sascorer().calculateScore(mol))
 
 
 def qed(mol: Chem.Mol) -> float:
-    """Quantitative estimate of drug-likeness, 0 .. 1."""
+    """Quantitative estimate of drug-likeness of an RDKit molecule, 0 .. 1 (`rdkit.Chem.QED.qed`)."""
     return float(QED.qed(mol))
 
 
 def is_quality(mol: Chem.Mol) -> bool:
-    """GenMol's quality criterion: QED >= 0.6 and SA <= 4."""
+    """GenMol's quality criterion for an RDKit molecule: QED >= 0.6 and SA <= 4."""
     return qed(mol) >= 0.6 and sa_score(mol) <= 4
 
 
 def fingerprints(smiles: Sequence[str], bits: int = 2048) -> list:
-    """Morgan radius-2 bit vectors of `bits` bits."""
+    """Morgan radius-2 bit vectors of `bits` bits of valid SMILES strings (RDKit ExplicitBitVects)."""
     return [_morgan(bits).GetFingerprint(Chem.MolFromSmiles(s)) for s in smiles]
 
 
 def diversity(smiles: Sequence[str]) -> float:
-    """1 - mean Tanimoto similarity over all unordered pairs of `smiles` (Morgan r2, 2048 bits); 0 for fewer than two."""
+    """TDC's diversity of valid SMILES `smiles` (pass distinct molecules): the mean Tanimoto distance over all
+    unordered pairs i < j on Morgan r2 2048-bit fingerprints; 0.0 for fewer than two (TDC: NaN)."""
     fps = fingerprints(smiles)
     if len(fps) < 2:
         return 0.0
@@ -77,8 +84,10 @@ def diversity(smiles: Sequence[str]) -> float:
 
 
 def denovo_metrics(samples: Sequence[str | None], num_samples: int | None = None) -> dict:
-    """Validity, uniqueness, quality, diversity (and the counts) of `samples` (SMILES or None), out of
-    `num_samples` (default: len(samples))."""
+    """GenMol's de novo metrics of `samples` (SMILES or None) out of `num_samples` (default len(samples)):
+    a dict with validity (valid / num_samples), uniqueness (distinct canonical / valid), quality (distinct
+    valid with QED >= 0.6 and SA <= 4 / num_samples), diversity (TDC's, on the distinct set) and the counts
+    num_samples, num_valid, num_unique, num_quality. Ratios with a zero denominator are 0."""
     total = len(samples) if num_samples is None else num_samples
     valid = [c for c in (canonical(s) for s in samples) if c]
     unique = sorted(set(valid))
@@ -88,10 +97,22 @@ def denovo_metrics(samples: Sequence[str | None], num_samples: int | None = None
             "num_valid": len(valid), "num_unique": len(unique), "num_quality": good}
 
 
+def fragment_core(fragment: str) -> Chem.Mol | None:
+    """The molecule of `fragment` (SMILES, possibly with `[n*]` attachment points and `.`-separated parts)
+    with its dummy atoms removed, as a substructure query; None when it does not parse."""
+    mol = Chem.MolFromSmiles(fragment) if fragment else None
+    if mol is None:
+        return None
+    core = Chem.DeleteSubstructs(mol, Chem.MolFromSmarts("[#0]"))
+    Chem.SanitizeMol(core, catchErrors=True)
+    return core
+
+
 def fragment_metrics(samples: Sequence[str | None], fragment: str, reference: str, num_samples: int | None = None) -> dict:
-    """`denovo_metrics` of fragment-task products plus `distance` to `reference` (the molecule the fragment
-    came from; 1 - mean Tanimoto, Morgan r2 1024 bits, over the distinct valid products) and `fragment`
-    itself recorded."""
+    """`denovo_metrics` of fragment-task products `samples` out of `num_samples`, plus `distance` to
+    `reference` (the molecule the fragment came from; 1 - mean Tanimoto, Morgan r2 1024 bits, over the
+    distinct valid products), `contains_fragment` (the share of the distinct valid products that contain
+    `fragment` without its attachment points), `num_with_fragment`, and `fragment` itself."""
     out = denovo_metrics(samples, num_samples)
     unique = sorted({c for c in (canonical(s) for s in samples) if c})
     if unique:
@@ -99,15 +120,20 @@ def fragment_metrics(samples: Sequence[str | None], fragment: str, reference: st
         out["distance"] = float(1.0 - np.mean(DataStructs.BulkTanimotoSimilarity(ref, fingerprints(unique, 1024))))
     else:
         out["distance"] = 0.0
+    core = fragment_core(fragment)
+    holding = 0 if core is None else sum(Chem.MolFromSmiles(s).HasSubstructMatch(core) for s in unique)
+    out["num_with_fragment"] = int(holding)
+    out["contains_fragment"] = holding / len(unique) if unique else 0.0
     out["fragment"] = fragment
     return out
 
 
 def quality_share(smiles: Sequence[str]) -> float:
-    """The share of `smiles` (valid molecules, e.g. a training set) that meet the quality criterion."""
+    """The share of `smiles` (e.g. a training set; unparsable ones count as not meeting it) with QED >= 0.6
+    and SA <= 4; 0.0 for an empty list."""
     mols = [Chem.MolFromSmiles(s) for s in smiles]
     return float(np.mean([m is not None and is_quality(m) for m in mols])) if mols else 0.0
 
 
-__all__ = ["canonical", "denovo_metrics", "diversity", "fingerprints", "fragment_metrics", "is_quality", "qed",
+__all__ = ["canonical", "denovo_metrics", "diversity", "fingerprints", "fragment_core", "fragment_metrics", "is_quality", "qed",
            "quality_share", "sa_score"]
