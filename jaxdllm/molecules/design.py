@@ -119,6 +119,12 @@ class Designer:
         prompt bucket's rounding."""
         return self.model.config.max_position - 4
 
+    def _bucketed(self, rows: np.ndarray, fill: int) -> np.ndarray:
+        """`rows [B, L]` right-padded with `fill` to a multiple of 16 columns (at most `max_canvas`): PAD is never
+        attended, and canvases of a few widths compile a few loops."""
+        width = min(max(self.max_canvas, rows.shape[1]), -(-rows.shape[1] // 16) * 16)
+        return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=fill)
+
     # -- the shared engine --------------------------------------------------------------------------------
     def _ids(self, name: str) -> int:
         return self.tokenizer.token_to_id(self.tokenizer.special_tokens[name])
@@ -143,6 +149,7 @@ class Designer:
         for start in range(0, len(prompts), self.batch_size):
             chunk = slice(start, start + self.batch_size)
             ids, attention = genmol_canvas(encoded[chunk], list(num_masks[chunk]), bos=bos, eos=eos, pad=pad, mask=mask)
+            ids, attention = self._bucketed(ids, pad), self._bucketed(attention, 0)
             rows = len(ids)
             if rows < self.batch_size and len(prompts) > self.batch_size:  # one compiled shape for every chunk
                 ids = np.concatenate([ids, np.repeat(ids[-1:], self.batch_size - rows, 0)])

@@ -140,6 +140,7 @@ def modify(designer: Designer, molecules: Sequence[str], rng: np.random.Generato
     for i, r in enumerate(live):
         ids[i, :len(r)] = r
     ids[len(live):] = ids[0]  # a fixed batch shape: the filler rows repeat the first
+    ids = designer._bucketed(ids, pad)
     out = genmol_generate(designer.sampler, ids, (ids != pad).astype(np.int32),
                           SamplerConfig.preset(config.preset, prompt_bucket=4), key=jax.random.key(seed))
     texts = iter(tok.decode(row.tolist()) for row in np.asarray(out.tokens)[:len(live)])

@@ -125,3 +125,17 @@ def test_fragment_remasking_improves_its_oracle_on_a_fixed_seed(designer):
                              config=RemaskingConfig(warmup=32, batch_size=16, population_size=30), seed=0)
     calls, top10 = top10_curve(run["history"])
     assert run["calls"] == 160 and top10[-1] > top10[2]  # the top 10 after 160 calls beats that after 30
+
+
+@pytest.mark.slow
+def test_the_command_line_prints_smiles_a_chemist_can_read(tmp_path):
+    from support.cli import run_cli
+
+    done = run_cli("molecules", "design", "--task", "scaffold", "--fragment", "[*]c1cccc([*])c1", "-n", "8",
+                   timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert lines and all(Chem.MolFromSmiles(s) is not None for s in lines)
+    assert "of 8 samples are valid molecules containing the fragment" in done.stderr
+    bad = run_cli("molecules", "design", "--task", "motif", "-n", "2", timeout=300, cwd=tmp_path)
+    assert bad.returncode == 2 and "needs --fragment" in bad.stderr
