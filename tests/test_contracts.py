@@ -106,6 +106,7 @@ OBJECTIVE_SETUP = {
     "assd": {"preset": "tiny-xlnet", "batch": "tasks", "settings": {"infill_rate": 0.5}},
     "wedlm": {"preset": "tiny-wedlm", "batch": "tasks", "settings": {"block_size": 8}},
     "multiverse": {"preset": "tiny-qwen2", "batch": "tasks"},  # tag-free rows: the causal reduction
+    "mdlm": {"preset": "tiny-llada", "batch": "tasks"},
 }
 
 
@@ -200,7 +201,20 @@ DATA_SETUP = {
     # the character tokenizer spells the tags out: the Multiverse rows are too long for 48 and skipped
     "multiverse_curriculum": lambda tmp: {"data": {"tasks": ["parts_small"], "on_too_long": "skip"}},
     "sequential_curriculum": lambda tmp: {"data": {"tasks": ["parts_small"]}},
+    "safe_molecules": lambda tmp: _safe_folder(tmp),
 }
+
+
+def _safe_folder(tmp):
+    """A prepared molecule folder of four SAFE strings and its tokenizer (no RDKit needed to read it)."""
+    from jaxdllm.molecules.moses import write_pairs
+    from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer
+
+    pairs = [("CC(C)Cc1ccc(C(C)C(=O)O)cc1", "c12ccc3cc1.C3(C)C(=O)O.CC(C)C2"), ("c1ccccc1", "c1ccccc1"),
+             ("CCOC(=O)c1ccccc1", "c13ccccc1.C23=O.O2CC"), ("OCCc1ccccc1", "c1ccccc1C2.C2O")]
+    write_pairs(tmp / "train.tsv.gz", pairs)
+    save_safe_tokenizer(build_safe_tokenizer(s for _, s in pairs), tmp / "tokenizer")
+    return {"model": {"tokenizer": str(tmp / "tokenizer")}, "data": {"path": str(tmp)}, "objective": {"kind": "mdlm"}}
 
 
 @pytest.mark.parametrize("source", registries.data_sources())

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxdllm.errors import ConfigError
+
 
 class EmaState(NamedTuple):
     """`ema_updates`: int32 scalar, updates averaged so far; `ema`: the average, shaped like the parameters."""
@@ -32,7 +34,7 @@ def parameter_ema(decay: float) -> optax.GradientTransformation:
 
     def update(updates, state, params=None):
         if params is None:
-            raise ValueError("parameter_ema needs the parameters: call tx.update(grads, state, params)")
+            raise ConfigError("parameter_ema needs the parameters: call tx.update(grads, state, params)")
         n = state.ema_updates + 1
         d = jnp.minimum(decay, (1.0 + n) / (10.0 + n))
         new_params = optax.apply_updates(params, updates)
