@@ -215,3 +215,19 @@ class MLP(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(self.activation(self.gate(x)) * self.up(x))
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm with scale and bias, computed in float32 (transformers' `nn.LayerNorm`; XLNet, BERT)."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=("norm",))
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype), logical_axes=("norm",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        mean = x32.mean(-1, keepdims=True)
+        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+        return (y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(x.dtype)

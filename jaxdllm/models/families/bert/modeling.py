@@ -21,7 +21,7 @@ from jaxdllm.attention import attend
 from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.families.bert.bert_config import BertConfig
-from jaxdllm.models.layers import Attention, Einsum, _init, einsum_options
+from jaxdllm.models.layers import Attention, Einsum, LayerNorm, _init, einsum_options
 from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import ForwardOutput, Transformer, stack_layers
 
@@ -29,22 +29,6 @@ ACTIVATIONS = {"gelu": lambda x: jax.nn.gelu(x, approximate=False),
                "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
                "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
                "relu": jax.nn.relu, "silu": jax.nn.silu, "swish": jax.nn.silu}
-
-
-class LayerNorm(nnx.Module):
-    """LayerNorm with scale and bias, computed in float32 (transformers' `nn.LayerNorm`)."""
-
-    def __init__(self, dim: int, eps: float, *, param_dtype):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=("norm",))
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype), logical_axes=("norm",))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)
-        mean = x32.mean(-1, keepdims=True)
-        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-        return (y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(x.dtype)
 
 
 class BertAttention(Attention):

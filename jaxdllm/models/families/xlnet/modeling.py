@@ -31,7 +31,7 @@ from jaxdllm import sharding as shd
 from jaxdllm.attention import MaskSpec
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.families.xlnet.xlnet_config import XLNetConfig
-from jaxdllm.models.layers import Einsum, _init, einsum_options
+from jaxdllm.models.layers import Einsum, LayerNorm, _init, einsum_options
 from jaxdllm.models.run_options import RunOptions
 from jaxdllm.models.transformer import ForwardOutput, Transformer, stack_layers
 
@@ -52,22 +52,6 @@ def relative_sinusoids(length: int, dim: int, clamp_len: int = -1) -> np.ndarray
         distances = np.clip(distances, -clamp_len, clamp_len)
     angles = distances[:, None] * inv_freq[None, :]
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1).astype(np.float32)
-
-
-class LayerNorm(nnx.Module):
-    """LayerNorm with scale and bias, computed in float32."""
-
-    def __init__(self, dim: int, eps: float, *, param_dtype):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=("norm",))
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype), logical_axes=("norm",))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)
-        mean = x32.mean(-1, keepdims=True)
-        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-        return (y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)).astype(x.dtype)
 
 
 class RelativeAttention(nnx.Module):
