@@ -166,7 +166,11 @@ class Attention(nnx.Module):
             return self._over_shared_blocks(q, k, self.v(x), positions, mask, inv_freq, kv_cache)
         q = apply_rope(q, positions, inv_freq)
         k = apply_rope(k, positions, inv_freq)
-        v = self.v(x)
+        return self.attend_cached(q, k, self.v(x), mask, kv_cache)
+
+    def attend_cached(self, q, k, v, mask, kv_cache):
+        """This forward's `k, v` written into the cache slot at `mask.q_offset` (when there is one), then
+        `q` attends; returns `(o(attention) [B, L, D], the updated (k, v) slot or None)`."""
         if kv_cache is not None:
             cache_k, cache_v = kv_cache
             start = (0, mask.q_offset, 0, 0)

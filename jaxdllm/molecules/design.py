@@ -22,6 +22,7 @@ with depth 3, one drawn at random per sample) and then extends it as a motif.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Sequence
@@ -113,6 +114,12 @@ class Designer:
                              "(pass lengths= a lengths.json written by `python -m jaxdllm.molecules.moses`)")
         return cls(pretrained.model, pretrained.tokenizer, read_length_histogram(file), batch_size)
 
+    @functools.cached_property
+    def _length_pool(self) -> np.ndarray:
+        """The lengths `sample_lengths` draws from (with [CLS] and [SEP]), built once from the histogram."""
+        values, probabilities = self.lengths
+        return np.repeat(values + 2, np.maximum(np.round(probabilities * 100_000).astype(int), 0))
+
     @property
     def max_canvas(self) -> int:
         """The longest canvas the model decodes: its positions less the loop's one answer column and the
@@ -162,8 +169,7 @@ class Designer:
 
     def _lengths(self, prompt: str, task: str, n: int, rng: np.random.Generator, min_add_len: int | None):
         prompt_len = len(self.tokenizer.encode(prompt, add_special_tokens=False)) + 2  # with [CLS] and [SEP]
-        pool = np.repeat(self.lengths[0] + 2, np.maximum(np.round(self.lengths[1] * 100_000).astype(int), 0))
-        return sample_lengths(pool, prompt_len, TASK_MIN_ADD_LEN[task] if min_add_len is None else min_add_len,
+        return sample_lengths(self._length_pool, prompt_len, TASK_MIN_ADD_LEN[task] if min_add_len is None else min_add_len,
                               rng, num=n)
 
     def _run(self, prompts: list[str], task: str, seed: int, min_add_len: int | None, preset: str | None,

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxdllm.attention import attend
 from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.errors import ConfigError
 from jaxdllm.models.families.bert.bert_config import BertConfig
@@ -40,15 +39,7 @@ class BertAttention(Attention):
         if isinstance(mask, SharedView):
             raise ConfigError("BERT models do not read shared cache blocks (SharedView); decode with a plain "
                               "or no cache")
-        q, k, v = self.q(x), self.k(x), self.v(x)
-        if kv_cache is not None:
-            cache_k, cache_v = kv_cache
-            start = (0, mask.q_offset, 0, 0)
-            k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), start)
-            v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), start)
-            kv_cache = (k, v)
-        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask, impl=self.attention_impl)
-        return self.o(out), kv_cache
+        return self.attend_cached(self.q(x), self.k(x), self.v(x), mask, kv_cache)
 
 
 class BertFeedForward(nnx.Module):
