@@ -14,10 +14,10 @@ from support.hf_models import make_hf_model
 def test_one_module_per_command_and_help_lists_them():
     import jaxdllm.cli as cli
 
-    assert list(cli.COMMANDS) == ["generate", "eval", "inspect", "convert", "distill", "train", "launch", "serve"]
+    assert list(cli.COMMANDS) == ["generate", "eval", "inspect", "convert", "distill", "train", "launch", "serve", "molecules"]
     assert all(m.__name__ == f"jaxdllm.cli.{name}_command" for name, m in cli.COMMANDS.items())
     out = _run("--help")
-    assert out.returncode == 0 and "{generate,eval,inspect,convert,distill,train,launch,serve}" in out.stdout
+    assert out.returncode == 0 and "{generate,eval,inspect,convert,distill,train,launch,serve,molecules}" in out.stdout
     out = _run("nope")
     assert out.returncode == 2 and "invalid choice" in out.stderr and "(see jaxdllm --help)" in out.stderr
 
