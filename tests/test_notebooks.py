@@ -1,6 +1,6 @@
 """Every notebook in colab/ runs top to bottom at its small size (CPU, no network) with nbclient,
-from colab/ (where Jupyter starts a notebook) and, except the two training notebooks, from the
-repository root; its saved copy with outputs has no error cell. The training notebooks run their
+from colab/ (where Jupyter starts a notebook), the two quick ones also from the repository root;
+its saved copy with outputs has no error cell. The training notebooks run their
 cells at a test size (`JAXDLLM_NOTEBOOK_SIZE=test`: fewer teacher answers, steps and eval prompts;
 the same commands, files and plot)."""
 
@@ -37,12 +37,15 @@ def test_notebooks_name_no_root_relative_path():
     assert not [line for line in code_lines if re.search(r"(?<!/ )[\"'](checkpoints|training|sampling)/", line)]
 
 
-# The training notebooks (about a minute each at the test size) run once, from colab/ (where Jupyter and Colab
-# start them); every other notebook also runs from the repository root. Working-folder independence
-# is checked for every notebook above (no root-relative path) and by the runs from both folders.
+# Every notebook runs once from colab/ (where Jupyter and Colab start them); the two quick ones (about
+# ten seconds each) also run from the repository root. Working-folder independence is
+# checked for every notebook above (no root-relative path) and by those runs from both folders.
 TRAINING = {"03_certainty_forcing", "04_jacobi_forcing"}
+# notebooks whose time is executing (training steps, thousands of molecule forwards), not compiling
+EXECUTING = TRAINING | {"07_genmol"}
+FROM_ROOT = {"01_quickstart", "02_llada8b_tpu"}
 RUNS = [(source, folder) for source in SOURCES for folder in (ROOT, COLAB)
-        if folder == COLAB or source.stem not in TRAINING]
+        if folder == COLAB or source.stem in FROM_ROOT]
 
 
 @pytest.mark.slow
@@ -50,7 +53,7 @@ RUNS = [(source, folder) for source in SOURCES for folder in (ROOT, COLAB)
                          ids=[f"{s.stem}-from-{'root' if f == ROOT else 'colab'}" for s, f in RUNS])
 def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
     # The notebooks turn on the persistent compilation cache (`jaxdllm.enable_compilation_cache()`); here
-    # it is the test processes' folder, so a notebook's second run (the other working folder) loads the
+    # it is the test processes' folder, so a notebook's second run (the other working folder) can load the
     # programs its first run compiled, as a user's second session does.
     # The training notebooks' test size (colab/03, colab/04: the parameters cell reads it); the others
     # have no size of their own below the CPU one and ignore it.
@@ -58,11 +61,11 @@ def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
     cache = jax.config.jax_compilation_cache_dir
     if cache:
         monkeypatch.setenv("JAXDLLM_COMPILATION_CACHE", str(Path(cache) / "notebooks"))
-    if source.stem in TRAINING:
-        # A training notebook's kernel (and the commands it starts) runs as a user's does, like the
-        # command-line tests' children (tests/support/cli.py): without this process's XLA_FLAGS. Those
+    if source.stem in EXECUTING:
+        # A training (or molecule-sampling) notebook's kernel (and the commands it starts) runs as a user's
+        # does, like the command-line tests' children (tests/support/cli.py): without this process's XLA_FLAGS. Those
         # (8 fake devices, XLA's CPU optimisations turned down: tests/conftest.py) make its training
-        # steps and evaluations twice as slow. The other notebooks' time is compiling, which the
+        # steps and evaluations twice as slow, and GenMol's remasking loop four times. The other notebooks' time is compiling, which the
         # turned-down optimisations shorten: they keep the flags.
         monkeypatch.delenv("XLA_FLAGS", raising=False)
     target, seconds = execute(source, tmp_path, cwd=folder)  # raises CellExecutionError on any failing cell

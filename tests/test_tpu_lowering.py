@@ -63,11 +63,17 @@ def _check(facts, platform="tpu"):
     assert kernels >= 1, facts
 
 
-# The default run: diffusion with a cache and Jacobi Forcing's decoding on the v5e-8 layouts; the slow run: all.
+# The default run: diffusion with a cache on a v5e-8 layout and Lookahead on one chip; the slow run: the rest (below).
 DEFAULT = [("fast-dllm-dual", (1, 4, 2)), ("lookahead", (1, 1, 1))]  # the rest: the slow run (6-minute budget)
 # the shared-page canvases on one chip and on a sharded layout (their attention and pages shard like any batch)
 MESHES_OF = {"multiverse": [(1, 1, 1), (1, 4, 2)], "hogwild": [(1, 1, 1), (2, 2, 2)]}
-SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for p in MODEL_OF for m in MESHES_OF.get(p, MESHES)
+# Every other preset on one chip, on the layout with all three axes, and on one of the two v5e-8 layouts
+# (taken in turn): each layout lowers with seven presets or more, each preset with a sharded batch, fsdp and tensor.
+def _meshes(index: int, preset: str):
+    return MESHES_OF.get(preset, [(1, 1, 1), (2, 2, 2), [(1, 4, 2), (1, 8, 1)][index % 2]])
+
+
+SLOW = [pytest.param(p, m, marks=pytest.mark.slow) for i, p in enumerate(MODEL_OF) for m in _meshes(i, p)
         if (p, m) not in DEFAULT]
 
 

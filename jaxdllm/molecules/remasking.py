@@ -189,8 +189,10 @@ def fragment_remasking(designer: Designer, oracle: Callable[[str], float], oracl
 
 def random_sampling(designer: Designer, oracle: Callable[[str], float], budget: int, *, seed: int = 0,
                     batch: int = 256, **settings) -> dict:
-    """The baseline: de novo samples of the model scored in order until `budget` oracle calls."""
+    """The baseline: de novo samples of the model, `min(batch, budget)` per round, scored in order until
+    `budget` oracle calls."""
     scorer = OracleBudget(oracle, budget)
+    batch = min(batch, budget)  # a small budget draws no more samples than it can score
     round_index = 0
     while not scorer.exhausted and round_index < 100:
         samples = designer.denovo(batch, seed=seed * 1000 + round_index, **settings)

@@ -118,15 +118,18 @@ def test_every_fragment_task_gives_molecules_that_contain_the_fragment(designer,
 
 @pytest.mark.slow
 def test_fragment_remasking_improves_its_oracle_on_a_fixed_seed(designer):
+    """After the warm-up (recombination alone), the model's remasked candidates raise the top 10. Albuterol
+    similarity accepts 10-30 heavy atoms, the small model's range, so most candidates are scored."""
     from jaxdllm.molecules.moses import read_pairs, shipped_data_dir
     from jaxdllm.molecules.oracles import oracle
     from jaxdllm.molecules.remasking import fragment_remasking, top10_curve
 
     reference = [s for s, _ in read_pairs(shipped_data_dir() / "train.tsv.gz")[:300]]
-    run = fragment_remasking(designer, oracle("celecoxib_rediscovery"), "celecoxib_rediscovery", 160, reference,
-                             config=RemaskingConfig(warmup=32, batch_size=16, population_size=30), seed=0)
+    run = fragment_remasking(designer, oracle("albuterol_similarity"), "albuterol_similarity", 80, reference,
+                             config=RemaskingConfig(warmup=20, batch_size=16, population_size=30), seed=0)
     calls, top10 = top10_curve(run["history"])
-    assert run["calls"] == 160 and top10[-1] > top10[2]  # the top 10 after 160 calls beats that after 30
+    assert run["calls"] == 80 and calls[1] == 20
+    assert top10[-1] > top10[1] + 0.05  # the top 10 after 80 calls beats that after the 20 of the warm-up
 
 
 @pytest.mark.slow
