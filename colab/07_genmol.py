@@ -72,7 +72,9 @@ display(Image(str(draw_grid(samples.valid()[:10], OUT / "denovo.png")), width=90
 # %% [markdown]
 # ## 2. Fragment-constrained design
 # The fragment's SAFE string leaves an attachment digit open; the masks after it write the rest of the
-# molecule, and only molecules that contain the fragment are kept.
+# molecule, and only molecules that contain the fragment are kept. Linker design takes two steps, as
+# published: each fragment grows on its own, and the linker cut from each grown molecule joins the two
+# (`one_step=True`: both fragments in one canvas, the masks between them).
 
 # %%
 motif = designer.motif_extension("[*]c1ccc(Cl)cc1", N, seed=1)

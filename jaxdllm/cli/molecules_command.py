@@ -5,8 +5,8 @@
   jaxdllm molecules eval --out results/genmol [--causal moses-qwen2-small-causal]   JSON + PNG
   jaxdllm molecules optimize --oracle qed --budget 1000 --out results/qed          JSON + PNG
 
-Tasks: denovo, motif (motif extension), scaffold (scaffold decoration), linker ("A.B", one [*] each),
-superstructure (a fragment without attachment points). Needs the `molecules` extra (rdkit, safe-mol).
+Tasks: denovo, motif (motif extension), scaffold (scaffold decoration), linker ("A.B", one [*] each; two
+steps as published), linker-1step (both fragments in one canvas), superstructure (a fragment without attachment points). Needs the `molecules` extra (rdkit, safe-mol).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ MEMORY = "-n or --batch-size"
 
 DEFAULT_GENMOL = "moses-bert-small-genmol"
 DEFAULT_CAUSAL = "moses-qwen2-small-causal"
-TASKS = ("denovo", "motif", "scaffold", "linker", "superstructure")
+TASKS = ("denovo", "motif", "scaffold", "linker", "linker-1step", "superstructure")
 
 
 def add_parser(sub) -> None:
@@ -72,10 +72,13 @@ def run(args) -> int:
     if args.action == "design":
         if args.task != "denovo" and not args.fragment:
             raise InputError(f"--task {args.task} needs --fragment SMILES")
-        samples = (designer.denovo(args.n, seed=args.seed) if args.task == "denovo" else
-                   getattr(designer, {"motif": "motif_extension", "scaffold": "scaffold_decoration", "linker": "linker",
-                                      "superstructure": "superstructure"}[args.task])(args.fragment, args.n,
-                                                                                      seed=args.seed))
+        if args.task == "denovo":
+            samples = designer.denovo(args.n, seed=args.seed)
+        else:
+            from jaxdllm.molecules.evaluation import TASK_CALLS
+
+            method, settings, _ = TASK_CALLS[args.task]
+            samples = getattr(designer, method)(args.fragment, args.n, seed=args.seed, **settings)
         valid = samples.valid()
         for smiles in valid:
             print(smiles)

@@ -4,7 +4,7 @@
     designer = Designer.load("moses-bert-small-genmol")      # a shipped model, or a checkpoint folder
     designer.denovo(8, seed=0)                               # 8 SMILES (None where a sample does not decode)
     designer.motif_extension("[*]c1ccc(Cl)cc1", 8)           # molecules that contain the motif
-    designer.linker("[*]c1ccccc1.[*]N1CCOCC1", 8)            # one linker between two fragments
+    designer.linker("[*]c1ccccc1.[*]N1CCOCC1", 8)            # linkers between two fragments
 
 Every task is one GenMol canvas per sample (`jaxdllm.decoding.genmol_canvas`): `[CLS] prompt [MASK]*n
 [SEP]`, where the prompt is the SAFE string of the given fragment(s) followed by `.` (nothing for de novo)
@@ -14,7 +14,8 @@ published V1 constants, `genmol-*`), the result is decoded back through SAFE (fr
 dropped, attachment digits fixed, the longest component kept), and fragment tasks keep only molecules
 that contain the fragment (its attachment points removed), the published `filter_by_substructure`.
 
-Linker design here is the published one-step variant (both fragments in one prompt); superstructure
+Linker design is the published two-step variant (each fragment grown alone, then joined through the
+linkers cut from what grew) or, on request, the one-step one (both fragments in one prompt); superstructure
 generation adds up to three attachment points to a fragment that has none (`list_individual_attach_points`
 with depth 3, one drawn at random per sample) and then extends it as a motif.
 """
@@ -35,7 +36,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.decoding.genmol_canvas import genmol_canvas, genmol_generate, sample_lengths
 from jaxdllm.decoding.policies.genmol import TASK_MIN_ADD_LEN
 from jaxdllm.errors import InputError
-from jaxdllm.molecules.safe_text import SafeEncodeError, safe_to_smiles, smiles_to_safe
+from jaxdllm.molecules.safe_text import SafeEncodeError, decode_with_dummies, safe_to_smiles, smiles_to_safe
 
 LENGTHS_FILE = "lengths.json"  # beside the weights: the training set's SAFE token lengths
 TASK_PRESETS = {"denovo": "genmol-denovo", "linker": "genmol-linker", "motif": "genmol-motif",
@@ -207,14 +208,29 @@ class Designer:
         return self._run([self._fragment_prompt(scaffold)] * n, "scaffold", seed, None, None, fragment_core(scaffold),
                          **settings)
 
-    def linker(self, fragments: str, n: int, *, seed: int = 0, **settings) -> Samples:
+    def linker(self, fragments: str, n: int, *, seed: int = 0, one_step: bool = False, **settings) -> Samples:
         """Molecules joining the two fragments of `fragments` ("A.B", one `[*]` each) through a generated
-        linker (GenMol's one-step linker design: T 1.2, r 3)."""
+        linker, GenMol's linker design (T 1.2, r 3, at least 30 masks).
+
+        Two steps (the default, as published): each fragment's SAFE string is grown on its own (n canvases
+        each), and the linker cut from each grown molecule joins the two fragments
+        (`fragments.link_through_grown`). Then `smiles` holds the distinct joined molecules that contain
+        both fragments (None after them, n entries), and `safe`/`nfe` the 2n grown canvases (A's, then B's).
+        `one_step=True`: both fragments in one prompt, the masks between them."""
+        from jaxdllm.molecules.fragments import link_through_grown
+
         parts = fragments.split(".")
         if len(parts) != 2 or any("*" not in p for p in parts):
             raise InputError(f"linker design takes two fragments 'A.B' with one [*] each, got {fragments!r}")
         prompt = self._fragment_prompt(fragments, slicer=None)
-        return self._run([prompt] * n, "linker", seed, None, None, fragment_core(fragments), **settings)
+        core = fragment_core(fragments)
+        if one_step:
+            return self._run([prompt] * n, "linker", seed, None, None, core, **settings)
+        halves = prompt[:-1].split(".")  # each fragment's SAFE string, its attachment digit open
+        grown = self._run([h + "." for h in halves for _ in range(n)], "linker", seed, None, None, None, **settings)
+        head, tail = (decode_with_dummies(h) for h in halves)
+        linked = [s for s in link_through_grown(grown.smiles, head, tail, n) if contains(s, core)]
+        return Samples(linked + [None] * (n - len(linked)), grown.safe, grown.nfe)
 
     def superstructure(self, fragment: str, n: int, *, seed: int = 0, **settings) -> Samples:
         """Molecules that contain `fragment` (no attachment points): each sample gets attachment points

@@ -114,8 +114,10 @@ def _plain_dummies(smiles: str) -> str:
     return re.sub(r"\[\d+\*\]", "[*]", smiles)
 
 
-TASK_CALLS = {"linker": "linker", "motif": "motif_extension", "scaffold": "scaffold_decoration",
-              "superstructure": "superstructure"}
+# task -> (Designer method, its settings, the `fragment_tasks` key of its fragment)
+TASK_CALLS = {"linker": ("linker", {}, "linker"), "linker-1step": ("linker", {"one_step": True}, "linker"),
+              "motif": ("motif_extension", {}, "motif"), "scaffold": ("scaffold_decoration", {}, "scaffold"),
+              "superstructure": ("superstructure", {}, "superstructure")}
 
 
 def evaluate_fragments(designer: Designer, molecules: Sequence[str], samples_per_fragment: int, out: str | Path,
@@ -131,11 +133,11 @@ def evaluate_fragments(designer: Designer, molecules: Sequence[str], samples_per
         fragments = fragment_tasks(reference)
         if fragments is None:
             continue
-        for task, method in TASK_CALLS.items():
-            fragment = fragments.get(task)
+        for task, (method, settings, key) in TASK_CALLS.items():
+            fragment = fragments.get(key)
             if not fragment:
                 continue
-            samples = getattr(designer, method)(fragment, samples_per_fragment, seed=seed + index)
+            samples = getattr(designer, method)(fragment, samples_per_fragment, seed=seed + index, **settings)
             per_task[task].append({"reference": reference, "fragment": fragment,
                                    **fragment_metrics(samples.smiles, fragment, reference, samples_per_fragment)})
             first = next((s for s in samples.smiles if s), None)

@@ -1,6 +1,7 @@
 """Fragments for GenMol's fragment remasking: cutting a molecule at a random acyclic single bond, a
 vocabulary of fragments scored by the molecules they come from, and joining two fragments at their
-attachment points (GenMol's `scripts/exps/pmo/get_vocab.py` and its recombination reaction).
+attachment points (GenMol's `scripts/exps/pmo/get_vocab.py` and its recombination reaction); and the
+join of two-step linker design (`link_through_grown`).
 """
 
 from __future__ import annotations
@@ -86,4 +87,48 @@ def largest_component(smiles: str) -> str | None:
     return Chem.MolToSmiles(max(parts, key=lambda m: m.GetNumHeavyAtoms())) if parts else None
 
 
-__all__ = ["attach", "cut", "fragment_vocabulary", "heavy_atoms", "largest_component"]
+def link_through_grown(grown: Sequence[str | None], head: str, tail: str, n: int) -> list[str]:
+    """Two-step linker design's join (GenMol's `mix_sequences`, on safe-mol's `MolSlicer`): each molecule of
+    `grown` (grown from `head` or from `tail`; None skipped) is sliced into head-linker-tail with
+    `MolSlicer(require_ring_system=False)` around the fragment it contains, and each distinct linker, in
+    order, joins `head` and `tail` (`MolSlicer.link_fragments`).
+
+    Args:
+      grown: SMILES of the molecules grown from either fragment.
+      head, tail: the two fragments as SMILES with one attachment point each (`[*]` or `[*:k]`).
+      n: at most this many molecules.
+
+    Returns: up to `n` distinct canonical SMILES of `head`-linker-`tail` molecules.
+    """
+    from safe.utils import MolSlicer
+
+    slicer = MolSlicer(require_ring_system=False)
+    queries = [Chem.MolFromSmarts(f) for f in (head, tail)]
+    linkers: dict[str, None] = {}
+    for smiles in grown:
+        mol = Chem.MolFromSmiles(smiles) if smiles else None
+        if mol is None:
+            continue
+        query = next((q for q in queries if q is not None and mol.HasSubstructMatch(q)), None)
+        try:
+            linker = slicer(mol, query)[1]
+        except Exception:  # the slicer's RDKit calls fail on a few odd molecules: no linker from those
+            continue
+        if linker is not None:
+            linkers.setdefault(Chem.MolToSmiles(linker))
+    linked: dict[str, None] = {}
+    for linker in linkers:
+        try:
+            products = MolSlicer.link_fragments(linker, head, tail)
+        except Exception:
+            continue
+        for product in products or []:
+            mol = Chem.MolFromSmiles(product) if product else None
+            if mol is not None:
+                linked.setdefault(Chem.MolToSmiles(mol))
+        if len(linked) >= n:
+            break
+    return list(linked)[:n]
+
+
+__all__ = ["attach", "cut", "fragment_vocabulary", "heavy_atoms", "largest_component", "link_through_grown"]

@@ -62,6 +62,15 @@ def decode_safe(safe_string: str, *, fix: bool = True) -> str | None:
     return smiles or None
 
 
+def decode_with_dummies(safe_fragment: str) -> str:
+    """One SAFE fragment with open attachment digits -> its SMILES with each open digit as a dummy atom
+    `[*:k]` (how two-step linker design names the fragments it joins)."""
+    smiles = safe.decode(safe_fragment, remove_dummies=False, fix=True, ignore_errors=True)
+    if not smiles:
+        raise SafeEncodeError(f"SAFE fragment {safe_fragment!r} does not decode")
+    return smiles
+
+
 def safe_to_smiles(safe_string: str, *, fix: bool = True, largest: bool = True) -> str | None:
     """GenMol's decoding of a generated SAFE string: drop the `.`-fragments that do not decode on
     their own, decode the rest (`fix` as in `decode_safe`), keep the longest `.`-component.
@@ -80,4 +89,4 @@ def safe_to_smiles(safe_string: str, *, fix: bool = True, largest: bool = True) 
     return smiles
 
 
-__all__ = ["SafeEncodeError", "decode_safe", "safe_to_smiles", "smiles_to_safe"]
+__all__ = ["SafeEncodeError", "decode_safe", "decode_with_dummies", "safe_to_smiles", "smiles_to_safe"]

@@ -68,6 +68,31 @@ def test_fragment_prompts_leave_the_attachment_digit_open_for_the_masks():
     assert set(d._lengths("", "denovo", 50, rng, None)) == {40}  # both lengths are under de novo's 40
 
 
+def test_two_step_linker_grows_each_fragment_alone_then_joins_them(monkeypatch):
+    """n canvases per fragment, each its SAFE string with the attachment digit open and '.', under the
+    linker task; the grown molecules' linkers join the fragments; only joins holding both are kept."""
+    from jaxdllm.molecules.design import Samples
+
+    d = _designer()
+    calls = []
+
+    def run(prompts, task, seed, min_add_len, preset, core, **settings):
+        calls.append((prompts, task, core))
+        grown = {"c13ccccc1.": "c1ccccc1CCOc1ccncc1", "N12CCOCC1.": "O=C(CC1CC1)N1CCOCC1"}
+        return Samples([grown.get(p) for p in prompts], list(prompts), [1] * len(prompts))
+
+    monkeypatch.setattr(d, "_run", run)
+    halves = d._fragment_prompt("[*]c1ccccc1.[*]N1CCOCC1", slicer=None)[:-1].split(".")
+    samples = d.linker("[*]c1ccccc1.[*]N1CCOCC1", 3, seed=0)
+    (prompts, task, core), = calls
+    assert task == "linker" and core is None and prompts == [halves[0] + "."] * 3 + [halves[1] + "."] * 3
+    assert len(samples.smiles) == 3 and len(samples.safe) == 6
+    assert all(contains(s, fragment_core("[*]c1ccccc1.[*]N1CCOCC1")) for s in samples.valid())
+    assert len(samples.valid()) == 3  # four joins (two linkers, both ways round), the first three kept
+    d.linker("[*]c1ccccc1.[*]N1CCOCC1", 2, seed=0, one_step=True)
+    assert calls[-1][0] == [d._fragment_prompt("[*]c1ccccc1.[*]N1CCOCC1", slicer=None)] * 2
+
+
 def test_the_fragment_filter_removes_attachment_points_first():
     core = fragment_core("[*]c1ccc(Cl)cc1")
     assert contains("Cc1ccc(Cl)cc1", core) and not contains("Cc1ccccc1", core) and not contains(None, core)

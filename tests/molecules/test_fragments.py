@@ -75,3 +75,17 @@ def test_draw_grid_writes_a_png(tmp_path):
     labelled = draw_grid(["CCO", "xx"], tmp_path / "labelled.png", legends=["ethanol", "bad"])
     assert labelled.stat().st_size > 0
     assert draw_grid([None, "xx"], tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_step_linker_join_cuts_each_grown_linker_and_joins_the_two_fragments():
+    """GenMol's `mix_sequences`: a molecule grown from the phenyl with an ethoxy-pyridine gives the linker
+    -CH2CH2O- (cut where the phenyl and the pyridine start), which joins phenyl and morpholine both ways
+    round; a molecule with no second ring has no linker, and None (a sample that did not decode) is skipped."""
+    from jaxdllm.molecules.fragments import link_through_grown
+
+    grown = ["c1ccccc1CCOc1ccncc1", None, "CCCc1ccccc1", "O=C(CC1CC1)N1CCOCC1"]
+    got = link_through_grown(grown, "[*]c1ccccc1", "[*]N1CCOCC1", 10)
+    want = ["c1ccccc1CCON1CCOCC1", "c1ccccc1OCCN1CCOCC1",  # the first molecule's linker, both orientations
+            "O=C(Cc1ccccc1)N1CCOCC1", "O=C(CN1CCOCC1)c1ccccc1"]  # the last one's -CH2C(=O)- (grown from morpholine)
+    assert sorted(got) == sorted(set(Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in want))
+    assert len(link_through_grown(grown, "[*]c1ccccc1", "[*]N1CCOCC1", 1)) == 1
