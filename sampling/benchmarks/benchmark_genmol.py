@@ -6,7 +6,8 @@
   validity, uniqueness, quality (QED >= 0.6 and SA <= 4), diversity, forwards per molecule, seconds
   (compilation included);
   the training set's own quality share beside them.
-* **Fragment-constrained** (`--fragments` held-out test molecules x `--per-fragment` samples): linker design,
+* **Fragment-constrained** (`--fragments` held-out test molecules x `--per-fragment` samples): linker design
+  (two steps and one step),
   motif extension, scaffold decoration and superstructure with the published constants.
 * **Fragment remasking** (`--budget` oracle calls per oracle): GenMol's goal-directed loop against random
   sampling from the same model, AUC of the top-10 mean (PMO).
