@@ -164,7 +164,8 @@ def test_a_request_without_rows_for_its_paths_goes_on_sequentially(checkpoint):
     assert result.generated[0][12] == 0
 
 
-@pytest.mark.parametrize("script,page_size", [("flat", 16), ("nested", 3)])
+# the flat script in the slow run (the default run's 6-minute budget): the nested one holds a flat block too
+@pytest.mark.parametrize("script,page_size", [pytest.param("flat", 16, marks=pytest.mark.slow), ("nested", 3)])
 def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiverse_mask(checkpoint, script,
                                                                                         page_size):
     model, hf = checkpoint

@@ -106,7 +106,8 @@ def _key_rotated_cache(model, cache, view_blocks, view_offsets, text, own_new: i
     return KVCache(k=tuple(ks), v=tuple(vs), segment_ids=seg)
 
 
-@pytest.mark.parametrize("workers", [2, 4])
+# 2 workers in the slow run (the default run's 6-minute budget): 4 covers the view of more blocks
+@pytest.mark.parametrize("workers", [pytest.param(2, marks=pytest.mark.slow), 4])
 def test_views_equal_a_key_rotated_contiguous_cache(workers):
     model = tiny_model("tiny-qwen2", shared=True)
     assert model.config.num_layers > 1
