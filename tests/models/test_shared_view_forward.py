@@ -76,7 +76,9 @@ def _steps(model, workers: int, seed: int):
         yield np.asarray(out.logits), n, text, cache, views, offsets
 
 
-@pytest.mark.parametrize("workers", [4])  # 2 and 3 workers: every step of tests/decoding/test_hogwild_generate.py
+# the slow run (the default run's 6-minute budget); 2 and 3 workers: every step of
+# tests/decoding/test_hogwild_generate.py, in the default run
+@pytest.mark.parametrize("workers", [pytest.param(4, marks=pytest.mark.slow)])
 def test_one_layer_views_equal_a_plain_forward_over_the_contiguous_text(workers):
     model = tiny_model("tiny-qwen2", shared=True, num_layers=1)
     for logits, n, text, _, views, _ in _steps(model, workers, seed=workers):
