@@ -227,8 +227,8 @@ class Designer:
         if one_step:
             return self._run([prompt] * n, "linker", seed, None, None, core, **settings)
         halves = prompt[:-1].split(".")  # each fragment's SAFE string, its attachment digit open
-        grown = self._run([h + "." for h in halves for _ in range(n)], "linker", seed, None, None, None, **settings)
         head, tail = (decode_with_dummies(h) for h in halves)
+        grown = self._run([h + "." for h in halves for _ in range(n)], "linker", seed, None, None, None, **settings)
         linked = [s for s in link_through_grown(grown.smiles, head, tail, n) if contains(s, core)]
         return Samples(linked + [None] * (n - len(linked)), grown.safe, grown.nfe)
 

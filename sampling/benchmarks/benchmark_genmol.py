@@ -47,14 +47,20 @@ def denovo_rows(designer, causal, n: int, seed: int) -> tuple[list[dict], dict]:
             "causal, T 0.7": lambda: causal.denovo(n, temperature=0.7, seed=seed)}
     rows, samples = [], {}
     for name, run in runs.items():
-        start = time.perf_counter()  # compilation included (GenMol's canvases come in a few widths)
-        out = run()
-        seconds = time.perf_counter() - start
-        rows.append({"model": name, **denovo_metrics(out.smiles, n), "forwards_per_molecule": float(np.mean(out.nfe)),
-                     "seconds_with_compilation": seconds})
-        samples[name] = out.smiles
-        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+        row, samples[name] = denovo_row(name, run, n)
+        rows.append(row)
     return rows, samples
+
+
+def denovo_row(name: str, run, n: int) -> tuple[dict, list]:
+    """One de novo row: `run()`'s samples scored and timed (compilation included: GenMol's canvases come
+    in a few widths), printed; returns `(row, the samples' SMILES)`."""
+    start = time.perf_counter()
+    out = run()
+    row = {"model": name, **denovo_metrics(out.smiles, n), "forwards_per_molecule": float(np.mean(out.nfe)),
+           "seconds_with_compilation": time.perf_counter() - start}
+    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    return row, out.smiles
 
 
 def plot(data: dict, path: Path) -> None:
@@ -105,12 +111,8 @@ def main() -> None:
     result["denovo"], samples = denovo_rows(designer, causal, args.samples, args.seed)
     for spec in args.extra_model:
         name, path = spec.split("=", 1)
-        start = time.perf_counter()
-        out = Designer.load(path).denovo(args.samples, seed=args.seed)
-        result["denovo"].append({"model": name, **denovo_metrics(out.smiles, args.samples),
-                                 "forwards_per_molecule": float(np.mean(out.nfe)),
-                                 "seconds_with_compilation": time.perf_counter() - start})
-        print(result["denovo"][-1], flush=True)
+        result["denovo"].append(denovo_row(name, lambda: Designer.load(path).denovo(args.samples, seed=args.seed),
+                                           args.samples)[0])
     out = Path(args.out)
     for name, smiles in samples.items():
         if name.startswith("GenMol (T") or name == "causal, T 1.0":
