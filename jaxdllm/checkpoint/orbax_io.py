@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import jax
-import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import Mesh, SingleDeviceSharding
 
@@ -29,6 +28,8 @@ def save_state(model: Transformer, path: str | Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_FILE).write_text(json.dumps({**model.config.to_dict(), OPTIONS_KEY: model.options.to_dict()}, indent=2))
     state = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    import orbax.checkpoint as ocp  # here, not at import: orbax takes ~0.4 s to import, which every CLI start paid
+
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(out / STATE_DIR, state, force=True)
     return out
@@ -52,6 +53,8 @@ def load_state(path: str | Path, *, mesh: Mesh | None = None, rules=shd.DEFAULT_
     target = jax.tree.map(
         lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s),
         nnx.to_pure_dict(state), nnx.to_pure_dict(shardings))
+    import orbax.checkpoint as ocp
+
     with ocp.StandardCheckpointer() as ckptr:
         restored = ckptr.restore(src / STATE_DIR, target)
     nnx.replace_by_pure_dict(state, restored)

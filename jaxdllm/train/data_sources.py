@@ -49,6 +49,10 @@ class DataSource:
         """The `[data]` section's examples; `inputs` is the file a distillation wrote, if any."""
         raise NotImplementedError
 
+    def files_beside_export(self, data) -> list:
+        """Files of the data that an exported model needs beside its weights (`Path`s; default none)."""
+        return []
+
     def batches(self, config, tokenizer: Tokenizer, objective, batch_config: BatchConfig,
                 state: dict | None = None) -> BatchIterator:
         """The recipe's batch iterator (resumed from `state`); prompts wrapped in the chat template
@@ -174,6 +178,15 @@ class SafeMolecules(DataSource):
             raise ConfigError(f"[data] path {data.path!r}: no {file.name} (write the folder with "
                               "`python -m jaxdllm.molecules.moses --out DIR`)")
         return [Example(prompt="", response=safe, task="molecule") for _, safe in read_pairs(file)]
+
+    def files_beside_export(self, data):
+        """The folder's `lengths.json`: GenMol's sampler draws each molecule's length from it
+        (`jaxdllm.molecules.Designer.load` reads it beside the weights)."""
+        from pathlib import Path
+
+        path = Path(data.path)
+        lengths = (path if path.is_dir() else path.parent) / "lengths.json"
+        return [lengths] if lengths.is_file() else []
 
 
 DATA_SOURCES: Registry[DataSource] = Registry("[data] source")

@@ -36,6 +36,7 @@ from jaxdllm.shipped import checkpoint_dir
 from jaxdllm.train import setup
 from jaxdllm.train.agreement import agreement_from_recipe
 from jaxdllm.train.config import TrainConfig
+from jaxdllm.train.data_sources import data_source
 from jaxdllm.train.objectives import make_objective
 from jaxdllm.sharding import batch_sharding
 from jaxdllm.train.step import make_train_step
@@ -336,6 +337,9 @@ class Trainer:
             defaults = self.config.checkpoint.sampler or sampler_defaults(self.model_config, self.config.data.seq_len)
             if defaults:
                 (Path(out) / SAMPLER_DEFAULTS_FILE).write_text(json.dumps(defaults))
+        if jax.process_index() == 0:  # what the data leaves beside a model (GenMol: its length distribution)
+            for source in data_source(self.config.data.source)().files_beside_export(self.config.data):
+                (Path(out) / source.name).write_bytes(source.read_bytes())
         extra = self.extra_module()
         if extra is not None and jax.process_index() == 0:  # beside the weights, where its preset looks
             self.objective.save_extra(extra, out, model=str(self.config.model.init_from or "from scratch"),

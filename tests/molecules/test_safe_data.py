@@ -108,3 +108,29 @@ def test_the_data_source_rows_are_cls_safe_sep_then_pad(tmp_path):
         assert row[0] == 1 and row[n - 1] == 2 and (row[n:] == 3).all()  # [CLS] ... [SEP] [PAD]...
         assert tok.decode(row[:n].tolist()) in {safe for _, safe in pairs}
     assert np.asarray(batch["target_mask"]).sum() > 0
+
+
+def test_an_exported_molecule_model_carries_the_length_distribution_the_designer_reads(tmp_path):
+    """`jaxdllm train ... --export DIR` on SAFE data writes the data folder's lengths.json beside the
+    weights, so `Designer.load(DIR)` samples lengths as the training set's without a copy by hand."""
+    from jaxdllm.molecules.design import Designer
+    from jaxdllm.molecules.moses import write_length_histogram
+    from jaxdllm.molecules.safe_tokenizer import save_safe_tokenizer
+    from jaxdllm.sharding import make_mesh
+    from jaxdllm.train import TrainConfig, Trainer
+
+    import jax
+
+    pairs = [(s, smiles_to_safe(s)) for s in MOSES]
+    write_pairs(tmp_path / "train.tsv.gz", pairs)
+    write_length_histogram(tmp_path / "lengths.json", [len(split_safe(safe)) for _, safe in pairs])
+    save_safe_tokenizer(build_safe_tokenizer(safe for _, safe in pairs), tmp_path / "tokenizer")
+    config = TrainConfig.from_dict({
+        "model": {"preset": "tiny-bert", "tokenizer": str(tmp_path / "tokenizer"), "max_position": 72},
+        "data": {"source": "safe_molecules", "path": str(tmp_path), "seq_len": 64, "batch_size": 4},
+        "objective": {"kind": "mdlm"}, "log": {"progress": False}, "mesh": {"data": 1}})
+    out = Trainer(config, mesh=make_mesh(devices=jax.devices()[:1])).export(tmp_path / "model")
+    assert (out / "lengths.json").read_text() == (tmp_path / "lengths.json").read_text()
+    lengths, probabilities = Designer.load(out).lengths
+    want, p = read_length_histogram(tmp_path / "lengths.json")
+    assert lengths.tolist() == want.tolist() and probabilities.tolist() == p.tolist()
