@@ -35,6 +35,14 @@ def split_safe(text: str) -> list[str]:
     return re.findall(SAFE_PATTERN, text)
 
 
+def unpaired_digits(text: str) -> list[str]:
+    """The ring or attachment labels (`1`, `%12`, `%(123)`) that `text` writes an odd number of times, sorted.
+    Each bond needs both of its ends, so a SAFE string with any cannot decode whole: GenMol's decoding
+    then drops fragments (a diagnostic of a model's samples; the training strings have none)."""
+    counts = collections.Counter(p for p in split_safe(text) if p[0].isdigit() or p[0] == "%")
+    return sorted(label for label, count in counts.items() if count % 2)
+
+
 def build_safe_tokenizer(safe_strings: Iterable[str], *, min_count: int = 1) -> Tokenizer:
     """A tokenizer whose vocabulary is the special tokens then every piece seen in `safe_strings` at
     least `min_count` times (most frequent first, ties by text)."""

@@ -1,10 +1,10 @@
 """GenMol's claims on the shipped CPU-scale models, in one process (JSON + PNG):
 
 * **De novo** (`--samples` each): the masked model with GenMol's sampler at the published settings (T 0.5,
-  r 0.5, one token per step) and its faster variant (3 tokens per step), against the causal model of the
+  r 0.5, one token per step), its faster variant (3 tokens per step) and GenMol V2's T 1.0, r 0.3, against the causal model of the
   same size trained on the same SAFE rows with the same budget, sampled at temperatures 1.0 and 0.7;
-  validity, uniqueness, quality (QED >= 0.6 and SA <= 4), diversity, forwards per molecule, seconds
-  (compilation included);
+  validity, uniqueness, quality (QED >= 0.6 and SA <= 4), diversity, forwards per molecule, the share of
+  generated strings with a ring/attachment digit written an odd number of times, seconds (compilation included);
   the training set's own quality share beside them.
 * **Fragment-constrained** (`--fragments` held-out test molecules x `--per-fragment` samples): linker design
   (two steps and one step),
@@ -35,6 +35,7 @@ from jaxdllm.molecules.metrics import denovo_metrics, quality_share  # noqa: E40
 from jaxdllm.molecules.moses import read_pairs, shipped_data_dir  # noqa: E402
 from jaxdllm.molecules.oracles import oracle  # noqa: E402
 from jaxdllm.molecules.remasking import RemaskingConfig, fragment_remasking, random_sampling, top10_curve  # noqa: E402
+from jaxdllm.molecules.safe_tokenizer import unpaired_digits  # noqa: E402
 from sampling.benchmarks.report import write_report  # noqa: E402
 
 KEYS = ("validity", "uniqueness", "quality", "diversity")
@@ -43,6 +44,9 @@ KEYS = ("validity", "uniqueness", "quality", "diversity")
 def denovo_rows(designer, causal, n: int, seed: int) -> tuple[list[dict], dict]:
     runs = {"GenMol (T 0.5, r 0.5, 1 token/step)": lambda: designer.denovo(n, seed=seed),
             "GenMol (3 tokens/step)": lambda: designer.denovo(n, seed=seed, tokens_per_step=3),
+            # GenMol V2's de novo temperature and randomness (its min_add_len of 60 is for ZINC's longer strings)
+            "GenMol (T 1.0, r 0.3: V2's settings)": lambda: designer.denovo(n, seed=seed, temperature=1.0,
+                                                                            randomness=0.3),
             "causal, T 1.0": lambda: causal.denovo(n, temperature=1.0, seed=seed),
             "causal, T 0.7": lambda: causal.denovo(n, temperature=0.7, seed=seed)}
     rows, samples = [], {}
@@ -58,6 +62,7 @@ def denovo_row(name: str, run, n: int) -> tuple[dict, list]:
     start = time.perf_counter()
     out = run()
     row = {"model": name, **denovo_metrics(out.smiles, n), "forwards_per_molecule": float(np.mean(out.nfe)),
+           "unpaired_digit_share": float(np.mean([bool(unpaired_digits(t)) for t in out.safe])),
            "seconds_with_compilation": time.perf_counter() - start}
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     return row, out.smiles

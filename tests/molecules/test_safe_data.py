@@ -20,7 +20,8 @@ from rdkit import Chem  # noqa: E402
 
 from jaxdllm.molecules.moses import prepare, read_length_histogram, read_pairs, write_pairs  # noqa: E402
 from jaxdllm.molecules.safe_text import SafeEncodeError, safe_to_smiles, smiles_to_safe  # noqa: E402
-from jaxdllm.molecules.safe_tokenizer import SPECIAL_TOKENS, build_safe_tokenizer, split_safe  # noqa: E402
+from jaxdllm.molecules.safe_tokenizer import (SPECIAL_TOKENS, build_safe_tokenizer, split_safe,  # noqa: E402
+                                              unpaired_digits)
 
 # MOSES training molecules (the first lines of moses/dataset/data/train.csv.gz)
 MOSES = ["CCCS(=O)c1ccc2[nH]c(=NC(=O)OC)[nH]c2c1", "CC(C)(C)C(=O)C(Oc1ccc(Cl)cc1)n1ccnc1",
@@ -61,6 +62,15 @@ def test_the_tokenizer_splits_pieces_with_genmols_special_ids():
     assert ids[0] == 1 and ids[-1] == 2 and len(ids) == len(split_safe(text)) + 2
     assert tok.decode(ids) == text
     assert tok.encode("[Se]", add_special_tokens=False) == [0]  # unseen bracket atom: [UNK]
+
+
+def test_unpaired_digits_names_the_labels_written_an_odd_number_of_times():
+    assert [unpaired_digits(smiles_to_safe(s)) for s in MOSES] == [[]] * len(MOSES)  # SAFE pairs every label
+    assert unpaired_digits("c12ccc3cc1.C3(C)C(=O)O.CC(C)C2") == []
+    assert unpaired_digits("c1ccccc1.c1ccccc1") == []  # a label reused after it closed
+    assert unpaired_digits("c16ccc7cc1.c17ccccc1.C37=O.CC7") == ["3", "6"]  # a model's sample: 7 four times
+    assert unpaired_digits("C%12CC%12.C%13") == ["%13"]
+    assert safe_to_smiles("c16ccc7cc1.c17ccccc1.C37=O.CC7") is not None  # decodes, fragments dropped
 
 
 def _fake_wheel(path, train, test):
