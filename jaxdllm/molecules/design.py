@@ -37,8 +37,8 @@ from jaxdllm.decoding.genmol_canvas import genmol_canvas, genmol_generate, sampl
 from jaxdllm.decoding.policies.genmol import TASK_MIN_ADD_LEN
 from jaxdllm.errors import InputError
 from jaxdllm.molecules.safe_text import SafeEncodeError, decode_with_dummies, safe_to_smiles, smiles_to_safe
+from jaxdllm.molecules.moses import LENGTHS_FILE, read_length_histogram
 
-LENGTHS_FILE = "lengths.json"  # beside the weights: the training set's SAFE token lengths
 TASK_PRESETS = {"denovo": "genmol-denovo", "linker": "genmol-linker", "motif": "genmol-motif",
                 "scaffold": "genmol-scaffold", "superstructure": "genmol-superstructure", "remask": "genmol-remask"}
 
@@ -105,7 +105,6 @@ class Designer:
     def load(cls, path: str | Path, *, lengths: str | Path | None = None, batch_size: int = 64) -> "Designer":
         """A checkpoint folder or shipped name; its `lengths.json` (or `lengths`) gives the length distribution."""
         import jaxdllm
-        from jaxdllm.molecules.moses import read_length_histogram
         from jaxdllm.shipped import checkpoint_dir
 
         pretrained = jaxdllm.load(path)

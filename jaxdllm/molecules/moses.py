@@ -34,6 +34,8 @@ import numpy as np
 
 from jaxdllm.errors import DataError
 
+LENGTHS_FILE = "lengths.json"  # the length histogram, in a data folder and beside a model trained on it
+
 WHEEL = "molsets==0.3.1"
 MEMBERS = {"train": "moses/dataset/data/train.csv.gz", "test": "moses/dataset/data/test.csv.gz"}
 SHIPPED = Path("training/data/moses_safe")
@@ -167,7 +169,7 @@ def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000,
             tokenizer = build_safe_tokenizer(s for _, s in pairs)
             save_safe_tokenizer(tokenizer, out / "tokenizer")
             lengths = [len(split_safe(s)) for _, s in pairs]
-            write_length_histogram(out / "lengths.json", lengths)
+            write_length_histogram(out / LENGTHS_FILE, lengths)
             stats["vocab_size"] = tokenizer.vocab_size
             stats["length"] = {"mean": float(np.mean(lengths)), "min": int(min(lengths)), "max": int(max(lengths))}
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")

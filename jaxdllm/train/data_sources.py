@@ -184,8 +184,10 @@ class SafeMolecules(DataSource):
         (`jaxdllm.molecules.Designer.load` reads it beside the weights)."""
         from pathlib import Path
 
+        from jaxdllm.molecules.moses import LENGTHS_FILE
+
         path = Path(data.path)
-        lengths = (path if path.is_dir() else path.parent) / "lengths.json"
+        lengths = (path if path.is_dir() else path.parent) / LENGTHS_FILE
         return [lengths] if lengths.is_file() else []
 
 
