@@ -1,5 +1,5 @@
 """Every notebook in colab/ runs top to bottom at its small size (CPU, no network) with nbclient,
-from colab/ (where Jupyter starts a notebook), the two quick ones also from the repository root;
+from colab/ (where Jupyter starts a notebook);
 its saved copy with outputs has no error cell. The training notebooks run their
 cells at a test size (`JAXDLLM_NOTEBOOK_SIZE=test`: fewer teacher answers, steps and eval prompts;
 the same commands, files and plot)."""
@@ -37,15 +37,12 @@ def test_notebooks_name_no_root_relative_path():
     assert not [line for line in code_lines if re.search(r"(?<!/ )[\"'](checkpoints|training|sampling)/", line)]
 
 
-# Every notebook runs once from colab/ (where Jupyter and Colab start them); the two quick ones (about
-# ten seconds each) also run from the repository root. Working-folder independence is
-# checked for every notebook above (no root-relative path) and by those runs from both folders.
+# Every notebook runs once from colab/ (where Jupyter and Colab start them). Working-folder independence
+# is checked for every notebook above (no root-relative path; shipped models and recipes by name).
 TRAINING = {"03_certainty_forcing", "04_jacobi_forcing"}
 # notebooks whose time is executing (training steps, thousands of molecule forwards), not compiling
 EXECUTING = TRAINING | {"07_genmol"}
-FROM_ROOT = {"01_quickstart", "02_llada8b_tpu"}
-RUNS = [(source, folder) for source in SOURCES for folder in (ROOT, COLAB)
-        if folder == COLAB or source.stem in FROM_ROOT]
+RUNS = [(source, COLAB) for source in SOURCES]
 
 
 @pytest.mark.slow

@@ -2,8 +2,11 @@
 with the same settings and seed, whatever shares the slots and whenever it joined; rows are
 released at once; nothing recompiles in steady state; cancellation, bounds and errors.
 
-Every preset runs on the shipped checkpoint it was trained for (the default run takes two; the slow
-run one preset per compiled program: presets that differ only in their numbers share one)."""
+Every preset has a case on the shipped checkpoint it was trained for. The engine's part of a request (its
+slot of the compiled step: prefill into a free row, per-row state, release, streaming) depends on the
+canvas, the cache, a policy's own per-row state and a second model, not on the policy's decision rule:
+the default run takes two programs, the slow run one preset per engine mechanism (`engine_cases`);
+every preset's own decoding is checked by tests/test_python_path.py."""
 
 from __future__ import annotations
 
@@ -104,6 +107,23 @@ def one_preset_per_program():
     return list(seen.values())
 
 
+# Programs whose slot mechanics are another's: the same canvas, cache and per-row state, a stateless
+# policy that only decides differently (or another checkpoint of the same family, or another temperature
+# sign of the same canvas). preset -> the preset whose engine case covers it.
+SAME_ENGINE_MECHANISM = {
+    "llada-random": "llada", "fast-dllm-parallel": "llada", "fast-dllm-factor": "llada", "dparallel": "llada",
+    "eb": "llada", "local-leap": "llada",
+    "jacobi-forcing": "jacobi", "bpd": "medusa", "diffuspec": "specdiff",
+    "sdar-static": "sdar", "sdar-eb": "sdar", "wedlm-quality": "wedlm", "assd-greedy": "assd",
+    "genmol-motif": "genmol",
+}
+
+
+def engine_cases():
+    """One preset per engine mechanism: `one_preset_per_program` less `SAME_ENGINE_MECHANISM`'s keys."""
+    return [p for p in one_preset_per_program() if p not in SAME_ENGINE_MECHANISM]
+
+
 @functools.cache
 def shipped(name):
     return jaxdllm.load(name)
@@ -141,8 +161,29 @@ def test_presets_sharing_a_program_differ_only_in_numbers():
     assert not {"genmol-linker", "genmol-scaffold", "dparallel-mbpp", "sbd-high"} & set(covered)
 
 
+def test_presets_sharing_an_engine_mechanism_share_canvas_cache_and_row_state():
+    """A preset left to another's engine case has the same canvas, cache, second model or parameters, and
+    policy state (stateless policies keep the base's `init_state`)."""
+    from jaxdllm.decoding.config import SAMPLER_PRESETS
+    from jaxdllm.decoding.policies.base import Policy
+
+    def mechanism(preset):
+        config = SAMPLER_PRESETS[preset]
+        policy = type(config.policy)
+        return (config.policy.canvas, type(config.cache).__name__, config.policy.companion,
+                policy.load_params is not Policy.load_params, policy.init_state is not Policy.init_state)
+
+    assert set(SAME_ENGINE_MECHANISM) <= set(one_preset_per_program())
+    for preset, covered_by in SAME_ENGINE_MECHANISM.items():
+        assert covered_by in engine_cases() and mechanism(preset) == mechanism(covered_by), preset
+        assert SAMPLER_PRESETS[preset].policy.canvas == SAMPLER_PRESETS[covered_by].policy.canvas
+    # the stateful policies and every canvas, cache and second model keep their own case
+    kept = {mechanism(p) for p in engine_cases()}
+    assert {mechanism(p) for p in CASES} == kept
+
+
 @pytest.mark.parametrize("preset", [p if p in DEFAULT_RUN else pytest.param(p, marks=pytest.mark.slow)
-                                    for p in one_preset_per_program()])
+                                    for p in engine_cases()])
 def test_each_request_decodes_as_alone_whatever_shares_the_slots(preset):
     name, prompts, _ = CASES[preset]
     model, tok, _ = shipped(name)
