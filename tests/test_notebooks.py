@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("nbclient", reason="the notebooks extra: pip install -e '.[notebooks]'")
 pytest.importorskip("jupytext", reason="the notebooks extra: pip install -e '.[notebooks]'")
 
-from colab.run_notebooks import COLAB, ROOT, execute, notebook_sources  # noqa: E402
+from colab.run_notebooks import COLAB, execute, notebook_sources  # noqa: E402
 
 SOURCES = notebook_sources()
 
@@ -42,15 +42,11 @@ def test_notebooks_name_no_root_relative_path():
 TRAINING = {"03_certainty_forcing", "04_jacobi_forcing"}
 # notebooks whose time is executing (training steps, thousands of molecule forwards), not compiling
 EXECUTING = TRAINING | {"07_genmol"}
-RUNS = [(source, COLAB) for source in SOURCES]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("source,folder", RUNS,
-                         ids=[f"{s.stem}-from-{'root' if f == ROOT else 'colab'}" for s, f in RUNS])
-def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
+@pytest.mark.parametrize("source", SOURCES, ids=[f"{s.stem}-from-colab" for s in SOURCES])
+def test_notebook_runs_top_to_bottom(source, tmp_path, monkeypatch):
     # The notebooks turn on the persistent compilation cache (`jaxdllm.enable_compilation_cache()`); here
-    # it is the test processes' folder, so a notebook's second run (the other working folder) can load the
+    # it is the test processes' folder, so a notebook's second run (a user's next session) can load the
     # programs its first run compiled, as a user's second session does.
     # The training notebooks' test size (colab/03, colab/04: the parameters cell reads it); the others
     # have no size of their own below the CPU one and ignore it.
@@ -65,7 +61,7 @@ def test_notebook_runs_top_to_bottom(source, folder, tmp_path, monkeypatch):
         # steps and evaluations twice as slow, and GenMol's remasking loop four times. The other notebooks' time is compiling, which the
         # turned-down optimisations shorten: they keep the flags.
         monkeypatch.delenv("XLA_FLAGS", raising=False)
-    target, seconds = execute(source, tmp_path, cwd=folder)  # raises CellExecutionError on any failing cell
+    target, seconds = execute(source, tmp_path, cwd=COLAB)  # raises CellExecutionError on any failing cell
     cells = json.loads(target.read_text())["cells"]
     outputs = [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
     assert any(o["output_type"] == "display_data" for o in outputs), "no plot"

@@ -179,7 +179,8 @@ def test_a_lora_step_with_accumulation_lowers_for_tpu():
 @pytest.mark.parametrize("mesh_shape,weights,prompt_len", [((1, 1, 1), "int8", 140)], ids=["v6e-1-int8"])
 def test_llada2_mini_decoding_loop_lowers_for_tpu(mesh_shape, weights, prompt_len):
     """LLaDA2.0-mini at its real shape (16B parameters, 256 experts, abstract weights) with the `llada2`
-    preset and the exact block cache: int8 on one chip (what fits a v6e-1). The routed experts lower to XLA's ragged dot, not a loop over experts.
+    preset and the exact block cache: int8 on one chip (what fits a v6e-1). The routed experts lower to
+    XLA's ragged dot, not a loop over experts.
     A prompt of 140 tokens ends inside a block: the first decoded block holds its 12-token tail
     (the 128 before it are prefilled by the splash kernel)."""
     data, fsdp, tensor = mesh_shape
