@@ -17,6 +17,8 @@ and qwix does the numerics: `qwix.quantize` (absmax calibration) and `qwix.dequa
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,7 +45,17 @@ def quantize_kernel(w: jax.Array | np.ndarray, scale_shape_: tuple[int, ...]) ->
 
     `w` may carry leading axes the scale lacks (a stacked `layers` axis): they keep their own
     scales too.
+
+    Always compiled, eagerly called or inside a jitted loader: each channel's largest weight sits
+    exactly on a rounding tie (|w| / scale = 127.5), which an eager division and XLA's compiled one
+    (JAX 0.12 onwards) break differently (-128 against -127), so one program makes a model quantized
+    in memory (`quantize_weights`) and one quantized as it loads (`from_pretrained`) the same.
     """
+    return _quantize_kernel(w, tuple(scale_shape_))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _quantize_kernel(w, scale_shape_):
     import qwix  # local: only int8 models need it
 
     w = jnp.asarray(w)
