@@ -39,13 +39,7 @@ def _pick(take, a, b):
 
 
 def switch(index, branches, *operands):
-    """`lax.switch(index, branches, *operands)`; over slots, only the branches a running slot takes run.
-
-    Each branch is traced once: every use below passes the same branch objects to `lax.switch` at the
-    same operand types, which JAX's trace cache (keyed on the function) answers after the first. (Calling
-    a branch directly in the mixed case traced it a second time, and nested switches, a prefix cache's
-    per-block forwards inside the refresh `cond`, multiplied that: the model's forward was traced
-    2 + 3 * blocks times per step instead of 1 + blocks.)"""
+    """`lax.switch(index, branches, *operands)`; over slots, only the branches a running slot takes run."""
     branches = tuple(branches)
     slots = _SLOTS.get()
     if slots is None:
@@ -54,22 +48,22 @@ def switch(index, branches, *operands):
     index = jnp.clip(jnp.asarray(index, jnp.int32), 0, len(branches) - 1)
     counts = [jax.lax.psum((running & (index == k)).astype(jnp.int32), axis) for k in range(len(branches))]
     any_running = jax.lax.psum(running.astype(jnp.int32), axis) > 0
-    taken = sum(jnp.where(c > 0, 1, 0) for c in counts)
-    # the one branch every running slot takes (agreed by a collective), else the first taken one
-    first = jnp.argmax(jnp.stack(counts) > 0).astype(jnp.int32)
-
-    def one(*ops):
-        return jax.lax.switch(first, branches, *ops)
 
     def mixed(*ops):
-        out = jax.lax.switch(first, branches, *ops)  # every slot's value is replaced below where it takes another
-        for k in range(len(branches)):
-            out = jax.lax.cond((counts[k] > 0) & (first != k),
-                               lambda o, k=k: _pick(index == k, jax.lax.switch(k, branches, *ops), o),
+        out = None
+        for k, branch in enumerate(branches):
+            if out is None:
+                out = branch(*ops)  # every slot's value is replaced below where it takes another branch
+                continue
+            out = jax.lax.cond(counts[k] > 0, lambda o, k=k, b=branch: _pick(index == k, b(*ops), o),
                                lambda o: o, out)
         return out
 
-    return jax.lax.cond((taken == 1) | ~any_running, one, mixed, *operands)
+    # the one branch every running slot takes (its index, agreed by a collective), else each taken one
+    taken = sum(jnp.where(c > 0, 1, 0) for c in counts)
+    only = sum(jnp.where(c > 0, k, 0) for k, c in enumerate(counts))
+    return jax.lax.cond((taken == 1) | ~any_running,
+                        lambda *ops: jax.lax.switch(only, branches, *ops), mixed, *operands)
 
 
 def cond(pred, true_fn, false_fn, *operands):
