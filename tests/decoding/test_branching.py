@@ -14,11 +14,11 @@ from jaxdllm.decoding import branching
 BRANCHES = (lambda x: x * 2.0, lambda x: x + 10.0, lambda x: jnp.sin(x) - 3.0)
 
 
-def over_slots(index, running, x, branches=BRANCHES):
+def over_slots(index, running, x):
     """`branching.switch` as the engine's step runs it: mapped over slots, one index per slot."""
     def step(i, r, xi):
         with branching.slot_context("slots", r):
-            return branching.switch(i, branches, xi)
+            return branching.switch(i, BRANCHES, xi)
     return jax.jit(jax.vmap(step, axis_name="slots"))(index, running, x)
 
 
