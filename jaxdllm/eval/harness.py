@@ -23,6 +23,7 @@ and call `lm_eval.simple_evaluate(model="jaxdllm", ...)`.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from jaxdllm.extras import require
@@ -32,6 +33,7 @@ require("lm_eval", "eval", "jaxdllm's lm-evaluation-harness model (jaxdllm.eval.
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
 from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -47,6 +49,14 @@ from jaxdllm.pretrained import sampler_defaults  # noqa: E402
 from jaxdllm.tokenizer import Tokenizer  # noqa: E402
 
 _LM_EVAL_KEYS = {"device", "max_batch_size"}  # lm-eval passes these to every model
+
+
+@functools.partial(nnx.jit, static_argnames="align")
+def _float_logits(model, ids: jax.Array, align: bool) -> jax.Array:
+    """`[B, L, V]` float32 logits of `ids [B, L]`; with `align`, `out[:, i]` predicts token i
+    (`align_logits`). Compiled once per shape: an eager forward dispatches op by op."""
+    logits = model(ids).logits
+    return (align_logits(logits, model.config) if align else logits).astype(jnp.float32)
 
 
 def cut_at_stops(text: str, until) -> str:
@@ -167,7 +177,7 @@ class JaxdllmLM(LM):
 
     def _causal_loglikelihood(self, ctx: list[int], cont: list[int]) -> tuple[float, bool]:
         ids = jnp.asarray([ctx + cont], jnp.int32)
-        logp = jax.nn.log_softmax(self.model(ids).logits[0, len(ctx) - 1:-1].astype(jnp.float32), axis=-1)
+        logp = jax.nn.log_softmax(_float_logits(self.model, ids, align=False)[0, len(ctx) - 1:-1], axis=-1)
         target = jnp.asarray(cont)
         return float(logp[jnp.arange(len(cont)), target].sum()), bool((logp.argmax(-1) == target).all())
 
@@ -189,8 +199,7 @@ class JaxdllmLM(LM):
             masked = np.zeros((self.mc_batch, len(seq)), bool)
             masked[:, len(ctx):] = order < counts[:, None]
             ids = np.where(masked, mask_id, seq[None])
-            logits = align_logits(self.model(jnp.asarray(ids)).logits, self.model.config)
-            logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+            logp = jax.nn.log_softmax(_float_logits(self.model, jnp.asarray(ids), align=True), axis=-1)
             token_logp = np.asarray(jnp.take_along_axis(logp, jnp.asarray(seq)[None, :, None], -1)[..., 0])
             total += float((np.where(masked, token_logp, 0.0).sum(1) * length / counts).sum())
         return total / self.mc_num

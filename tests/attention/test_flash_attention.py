@@ -77,7 +77,8 @@ def test_rows_without_visible_keys_are_zero_with_zero_gradients():
     kv_seg = jnp.ones((1, 16), jnp.int32)
     mask = MaskSpec(kind="causal", q_segment_ids=q_seg, kv_segment_ids=kv_seg)
     q, k, v, do = (x[:1] for x in _inputs(3, 16, 16, 2, 2))
-    out, dq, dk, dv = _value_and_grads(lambda q, k, v: flash_attention(q, k, v, mask, block_sizes=SMALL), q, k, v, do)
+    ours = jax.jit(lambda *a: _value_and_grads(lambda q, k, v: flash_attention(q, k, v, mask, block_sizes=SMALL), *a))
+    out, dq, dk, dv = ours(q, k, v, do)
     assert all(np.isfinite(np.asarray(x)).all() for x in (out, dq, dk, dv))
     np.testing.assert_array_equal(np.asarray(out[0, 10:]), 0.0)
     np.testing.assert_array_equal(np.asarray(dq[0, 10:]), 0.0)
@@ -104,7 +105,7 @@ def test_traced_query_offset_under_jit_reuses_one_compile():
 def test_bf16_inputs_accumulate_in_float32():
     mask = MaskSpec(kind="jacobi_forcing", block_size=8, prefix_len=9)
     q, k, v, _ = _inputs(7, 57, 57, 4, 2, d=32, dtype=jnp.bfloat16)
-    got = flash_attention(q, k, v, mask, block_sizes=SMALL)
+    got = jax.jit(lambda q, k, v: flash_attention(q, k, v, mask, block_sizes=SMALL))(q, k, v)
     assert got.dtype == jnp.bfloat16
     want = reference_attention(*(x.astype(jnp.float32) for x in (q, k, v)), mask)
     rel = np.linalg.norm(np.asarray(got, np.float32) - np.asarray(want)) / np.linalg.norm(np.asarray(want))
@@ -179,7 +180,8 @@ def test_dispatcher_per_backend_and_bad_names():
         resolve_impl("flash")
     q, k, v, _ = _inputs(9, 21, 21, 2, 2)
     mask = MaskSpec(kind="causal")
-    np.testing.assert_allclose(np.asarray(attend(q, k, v, mask, impl="pallas", block_sizes=SMALL)),
+    pallas = jax.jit(lambda q, k, v: attend(q, k, v, mask, impl="pallas", block_sizes=SMALL))
+    np.testing.assert_allclose(np.asarray(pallas(q, k, v)),
                                np.asarray(attend(q, k, v, mask, impl="reference")), atol=2e-5)
 
 

@@ -5,12 +5,14 @@ and a model-level check of path independence on the shipped causal model."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxdllm.attention import MaskSpec, attend, resolve_impl
 from jaxdllm.attention.backends import gpu_auto
 from jaxdllm.attention.multiverse import multiverse_attention, multiverse_layout
 from jaxdllm.data.multiverse_tags import TAG_IDS, TAGS, build_tag_tokenizer
 from jaxdllm.errors import ConfigError
+from support.forward import forward
 from support.multiverse_reference import reference_layout, split_tokens
 
 TOK = build_tag_tokenizer()
@@ -116,6 +118,12 @@ def test_bad_structure_is_refused():
         spec.dense(6, 6)
 
 
+@nnx.jit  # eager calls dispatch op by op, a compile each on CPU; the mask is built inside
+def _multiverse_forward(model, ids):
+    mask, positions = multiverse_attention(ids, IDS)
+    return model(ids, positions, mask).logits
+
+
 def test_paths_of_the_shipped_model_are_independent():
     """A path-2 token's logits under the Multiverse mask equal a plain causal forward over the text with
     path 1 cut out, at the positions the rule gives (the shipped causal model, grown to the tags)."""
@@ -127,17 +135,17 @@ def test_paths_of_the_shipped_model_are_independent():
             "<Path>1:rev:413 rot:134</Path><Path>2:rev:025 rot:250</Path><Conclusion>12</Conclusion></Parallel>")
     tokens = split_tokens(text, TAGS)
     ids = np.array([encode(text)])
-    mask, positions = multiverse_attention(jnp.asarray(ids), IDS)
-    full = np.asarray(model(jnp.asarray(ids), positions, mask).logits)[0]
+    _, positions = multiverse_attention(jnp.asarray(ids), IDS)
+    full = np.asarray(_multiverse_forward(model, jnp.asarray(ids)))[0]
     start1 = tokens.index("<Path>")
     start2 = start1 + tokens[start1:].index("</Path>") + 1
     end2 = start2 + tokens[start2:].index("</Path>") + 1
     keep = [i for i in range(len(tokens)) if not start1 <= i < start2]
     pos_ref, _ = reference_layout(tokens)
     cut_ids, cut_pos = ids[:, keep], pos_ref[keep][None]
-    cut = np.asarray(model(jnp.asarray(cut_ids), jnp.asarray(cut_pos), MaskSpec(kind="causal")).logits)[0]
+    cut = np.asarray(forward(model, jnp.asarray(cut_ids), jnp.asarray(cut_pos), MaskSpec(kind="causal")).logits)[0]
     path2 = [keep.index(i) for i in range(start2, end2)]
     np.testing.assert_allclose(full[start2:end2], cut[path2], atol=2e-4, rtol=2e-4)
     # without the mask the path-2 tokens do see path 1: the check has something to find
-    causal = np.asarray(model(jnp.asarray(ids), positions, MaskSpec(kind="causal")).logits)[0]
+    causal = np.asarray(forward(model, jnp.asarray(ids), positions, MaskSpec(kind="causal")).logits)[0]
     assert np.abs(causal[start2:end2] - full[start2:end2]).max() > 1e-2

@@ -252,10 +252,11 @@ def test_the_first_slot_is_kept_even_where_the_verifier_gives_it_no_mass():
     q = jnp.full((2, 3, V), 1.0 / V)
     p = jnp.zeros((2, 3, V)).at[..., 0].set(1.0)  # p(y) = 0 for every draft below
     drafts = jnp.array([[4, 4, 4], [5, 3, 3]], jnp.int32)
-    verdict = policy.accept(drafts, q, p, jnp.array([[True] * 3, [True, True, False]]), jax.random.PRNGKey(0))
+    accept = jax.jit(policy.accept)  # eager calls dispatch op by op, a compile each on CPU
+    verdict = accept(drafts, q, p, jnp.array([[True] * 3, [True, True, False]]), jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(verdict.written), [2, 2])  # slot 0 kept, slot 1 resampled
     np.testing.assert_array_equal(np.asarray(verdict.tokens[:, :2]), [[4, 0], [5, 0]])  # the residual is p's
-    one = policy.accept(drafts, q, p, jnp.array([[True, False, False]] * 2), jax.random.PRNGKey(0))
+    one = accept(drafts, q, p, jnp.array([[True, False, False]] * 2), jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(one.written), [1, 1])
 
 

@@ -14,6 +14,7 @@ from jaxdllm.decoding import loop, sampler
 from jaxdllm.decoding.genmol_canvas import genmol_canvas, genmol_generate, sample_lengths
 from jaxdllm.decoding.policies.base import StepContext
 from jaxdllm.decoding.policies.genmol import TASK_MIN_ADD_LEN, Genmol, GenmolState, genmol_draws
+from support.forward import forward
 from support.models import tiny_model
 
 BOS, EOS, PAD, MASK = 1, 2, 3, 4  # GenMol's special ids
@@ -43,7 +44,7 @@ def plain_logits(model, x):
     seg = (x != PAD).astype(np.int32)
     positions = np.maximum(np.cumsum(seg, 1) - 1, 0)
     spec = MaskSpec(kind="bidirectional", q_segment_ids=jnp.asarray(seg), kv_segment_ids=jnp.asarray(seg))
-    return np.asarray(model(jnp.asarray(x), jnp.asarray(positions), spec).logits, np.float64)
+    return np.asarray(forward(model, jnp.asarray(x), jnp.asarray(positions), spec).logits, np.float64)
 
 
 def log_softmax(z):
@@ -127,11 +128,18 @@ def test_guidance_mixes_the_logits_of_two_plain_forwards(model, rows):
     from flax import nnx
     graphdef, params = nnx.split(model)
     key = jax.random.PRNGKey(3)
-    state = loop.init_step(graphdef, params, prep.ids, prep.seg, prep.valid, key, canvas=config.canvas,
-                           lay=prep.lay, config=config)
+    # jitted: eager calls dispatch op by op, a compile each on CPU
+    state = jax.jit(lambda p, k: loop.init_step(graphdef, p, prep.ids, prep.seg, prep.valid, k, canvas=config.canvas,
+                                                lay=prep.lay, config=config))(params, key)
     step_key = jax.random.fold_in(key, 0)
-    logits, passes, poor = config.canvas.logits(model, state, prep.lay, config, step_key)
-    assert passes == 2
+    traced = {}
+
+    def guided_logits(s, k):
+        logits, traced["passes"], poor = config.canvas.logits(model, s, prep.lay, config, k)
+        return logits, poor
+
+    logits, poor = jax.jit(guided_logits)(state, step_key)
+    assert traced["passes"] == 2
     e, width = prep.extra, ids.shape[1]
     poor = np.asarray(poor)[:, e:e + width]
     got = np.asarray(logits, np.float64)[:, e:e + width]

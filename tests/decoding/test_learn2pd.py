@@ -16,6 +16,7 @@ from jaxdllm.eval.evaluate import weights_version
 from jaxdllm.train.distill.learn2pd import OracleExamples, acceptance, bce, oracle_examples, train_filter
 from jaxdllm.train.distill.teacher import _states
 from support.cli import run_cli
+from support.forward import forward
 from support.sampler_fixtures import MASK_ID, prompts, shared_tiny_llada
 
 SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints" / "tasks-llada-small"
@@ -31,7 +32,7 @@ def _probs(model, prompt, state):
     """The model's softmax over the answer region of one unpadded row, MASK excluded (as a
     sampler step sees it): `[G, V]`."""
     canvas = np.asarray([list(prompt) + list(state)], np.int32)
-    logits = np.asarray(model(canvas, np.arange(canvas.shape[1])[None], None).logits, np.float64)[0, len(prompt):]
+    logits = np.asarray(forward(model, canvas, np.arange(canvas.shape[1])[None]).logits, np.float64)[0, len(prompt):]
     logits[:, MASK_ID] = -np.inf
     e = np.exp(logits - logits.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

@@ -102,16 +102,18 @@ def test_pool_keeps_guess_set_size_per_key_without_duplicates_newest_first():
     _, state = policy.start(ids, jnp.ones((2, 4), jnp.int32), 8, jax.random.PRNGKey(0))
     ref = [DictPool(3, 6), DictPool(3, 6)]
     rng = np.random.RandomState(0)
+    remember = jax.jit(policy.remember)  # eager calls dispatch op by op, a compile each on CPU
+    propose = jax.jit(lambda state, last: policy.propose(state, last, None))
     for _ in range(60):
         key = rng.randint(0, 3, 2)
         gram = rng.randint(0, 3, (2, 2))
         store = rng.rand(2) < 0.8
-        state = policy.remember(state, jnp.asarray(key), jnp.asarray(gram), jnp.asarray(store))
+        state = remember(state, jnp.asarray(key), jnp.asarray(gram), jnp.asarray(store))
         for row in range(2):
             if store[row]:
                 ref[row].add(int(key[row]), tuple(int(t) for t in gram[row]))
         for last in range(3):
-            proposal = policy.propose(state, jnp.full((2,), last, jnp.int32), None)
+            proposal = propose(state, jnp.full((2,), last, jnp.int32))
             for row in range(2):
                 got = [tuple(int(t) for t in g) for g, ok in zip(proposal.branches[row], proposal.valid[row]) if ok]
                 assert got == ref[row].lookup(last), (row, last)

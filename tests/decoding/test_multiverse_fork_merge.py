@@ -23,6 +23,7 @@ from jaxdllm.decoding.canvases import canvas_of
 from jaxdllm.decoding.config import SamplerConfig
 from jaxdllm.decoding.layout import CanvasView, Layout
 from jaxdllm.decoding.policies.multiverse import TAGS, Multiverse
+from support.forward import forward
 from support.hf_models import make_hf_model
 from support.optional import torch
 
@@ -177,7 +178,8 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
     lay = Layout(prompt_len=5, total=5 + 64, mask_id=None, shift=0, eos_eot=(EOS,), eos_id=EOS, attention="causal")
     view = CanvasView.of(seg, 64)
     canvas = canvas_of(config)
-    state = canvas.init(model, prompt, view, jax.random.key(0), lay, config, jnp.ones((1,), bool))
+    # jitted: eager calls dispatch op by op, each a compile of its own on CPU
+    state = jax.jit(lambda p: canvas.init(model, p, view, jax.random.key(0), lay, config, jnp.ones((1,), bool)))(prompt)
     step = jax.jit(lambda s: canvas.step(model, s, view, lay, config).replace(step=s.step + 1))
     while not bool(state.done[0]):
         state = step(state)
@@ -188,7 +190,7 @@ def test_the_merged_sequence_s_next_logits_equal_a_plain_forward_with_the_multiv
     shared = SharedView(view_blocks=jnp.where(entries, f.view_pages[:1], -1), view_offsets=f.view_offsets[:1],
                         write_block=f.view_pages[0, f.n_view[0] - 1][None], write_slot=f.fill[:1],
                         q_valid=jnp.ones((1, 1), bool))
-    ours = model(jnp.asarray([[extra]]), f.pos[:1, None], shared, f.kv).logits[0, 0]
+    ours = forward(model, jnp.asarray([[extra]]), f.pos[:1, None], shared, f.kv).logits[0, 0]
     tokens, positions = _merged_text(script)
     text = PROMPT + tokens + [extra]
     pos = list(range(5)) + positions + [positions[-1] + 1]

@@ -17,6 +17,7 @@ from jaxdllm.cli import DEFAULT_MODEL  # noqa: E402
 from jaxdllm.eval import ItemStore, evaluate, resolve_tasks, run_task  # noqa: E402
 from jaxdllm.eval.harness import JaxdllmLM, cut_at_stops  # noqa: E402
 from jaxdllm.eval.lm_eval_cli import TASK_DIR  # noqa: E402
+from support.optional import torch, transformers  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL / "config.json").is_file(), reason="no shipped checkpoint")
 SAMPLER = dict(preset="fast-dllm-parallel", gen_length=16, block_length=16)
@@ -94,6 +95,24 @@ def test_masked_loglikelihood_of_one_token_is_exact():
     assert estimate == pytest.approx(exact, abs=1e-4)
     [(ll, greedy)] = lm.loglikelihood([_Request("reverse 4821=", "1")], disable_tqdm=True)
     assert greedy and ll == pytest.approx(exact, abs=1e-4)  # the model answers 1284
+
+
+def test_causal_loglikelihood_equals_transformers():
+    """A causal model scores a continuation in one forward: the sum of log p(cont_i | ctx, cont_<i) that
+    transformers computes on the same checkpoint, and whether greedy decoding writes the continuation."""
+    path = DEFAULT_MODEL.parent / "tasks-qwen2-small"
+    lm = JaxdllmLM(pretrained=str(path))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    answers = ("1284", "1248")  # the model answers 1284
+    got = lm.loglikelihood([_Request("reverse 4821=", a) for a in answers], disable_tqdm=True)
+    ctx = lm.tokenizer.encode("reverse 4821=")
+    for answer, (ll, greedy) in zip(answers, got):
+        cont = lm.tokenizer.encode(answer, add_special_tokens=False)
+        with torch.no_grad():
+            logp = hf(torch.tensor([ctx + cont])).logits[0, len(ctx) - 1:-1].double().log_softmax(-1).numpy()
+        assert ll == pytest.approx(logp[np.arange(len(cont)), cont].sum(), abs=1e-4)
+        assert greedy == (logp.argmax(-1) == cont).all()
+    assert [greedy for _, greedy in got] == [True, False]
 
 
 def test_masked_loglikelihood_ranks_the_right_answer_first():

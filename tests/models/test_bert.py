@@ -18,6 +18,7 @@ from jaxdllm.checkpoint import config_from_hf
 from jaxdllm.models.families import family_of
 from jaxdllm.models.families.bert import GENMOL_IDS, BertConfig, BertLM
 from jaxdllm.models.families.bert.genmol_checkpoint import convert_genmol_checkpoint, main
+from support.forward import forward
 from support.optional import torch, transformers
 
 VOCAB, B, L = 40, 3, 10
@@ -80,12 +81,13 @@ def test_logits_equal_transformers_under_padding(pair):
     np.testing.assert_allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
     # no mask, default positions; then explicit positions (the sampler's logical ones) shift the table rows
     full = np.random.default_rng(2).integers(0, VOCAB, (B, L))
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(full, jnp.int32)).logits),
+    np.testing.assert_allclose(np.asarray(forward(ours, jnp.asarray(full, jnp.int32)).logits),
                                _torch_logits(theirs, full, np.ones_like(full)), atol=1e-5, rtol=1e-5)
     pos = np.broadcast_to(np.arange(L) + 5, (B, L))
     with torch.no_grad():
         shifted = theirs(input_ids=torch.tensor(full), position_ids=torch.tensor(pos)).logits.numpy()
-    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(full, jnp.int32), jnp.asarray(pos, jnp.int32)).logits),
+    moved = forward(ours, jnp.asarray(full, jnp.int32), jnp.asarray(pos, jnp.int32)).logits
+    np.testing.assert_allclose(np.asarray(moved),
                                shifted, atol=1e-5, rtol=1e-5)
 
 
@@ -224,8 +226,9 @@ def test_a_random_bert_generates_in_the_sampler_loop():
     assert out.generated.shape == (2, 16)
     assert not (np.asarray(out.tokens) == config.mask_token_id).any()
     # the shared forward's cache and logits_slice: the same logits
-    full = model(out.tokens).logits
-    cached = model(out.tokens, cache=model.init_cache(2, out.tokens.shape[1]))
+    full = forward(model, out.tokens).logits
+    cached = forward(model, out.tokens, cache=model.init_cache(2, out.tokens.shape[1]))
     np.testing.assert_allclose(np.asarray(cached.logits), np.asarray(full), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(model(out.tokens, logits_slice=(3, 4)).logits), np.asarray(full[:, 3:7]),
+    sliced = jax.jit(lambda t: model(t, logits_slice=(3, 4)).logits)(out.tokens)
+    np.testing.assert_allclose(np.asarray(sliced), np.asarray(full[:, 3:7]),
                                atol=1e-6)

@@ -18,6 +18,7 @@ from jaxdllm.attention import MaskSpec
 from jaxdllm.attention.shared_view import SharedView
 from jaxdllm.models.cache import KVCache
 from jaxdllm.models.layers import apply_rope, rope_inv_freq
+from tests.support.forward import forward
 from tests.support.models import tiny_model
 
 COMMON, OTHERS, OWN = 0, 1, 2  # the shared blocks; worker w writes block 3 + w
@@ -41,7 +42,7 @@ def _fill(model, cache, tokens, block):
     view = SharedView(view_blocks=jnp.asarray([[block]], jnp.int32), view_offsets=jnp.zeros((1, 1), jnp.int32),
                       write_block=jnp.asarray([block], jnp.int32), write_slot=jnp.zeros((1,), jnp.int32),
                       q_valid=jnp.ones(ids.shape, bool))
-    return model(ids, jnp.arange(ids.shape[1])[None], view, cache).cache
+    return forward(model, ids, jnp.arange(ids.shape[1])[None], view, cache).cache
 
 
 def _steps(model, workers: int, seed: int):
@@ -71,7 +72,7 @@ def _steps(model, workers: int, seed: int):
         view = SharedView(view_blocks=jnp.asarray(views), view_offsets=jnp.asarray(offsets),
                           write_block=jnp.asarray(3 + np.arange(workers), jnp.int32),
                           write_slot=jnp.asarray(old, jnp.int32), q_valid=jnp.asarray(np.arange(width)[None] < n[:, None]))
-        out = model(jnp.asarray(ids), jnp.asarray(positions, jnp.int32), view, cache)
+        out = forward(model, jnp.asarray(ids), jnp.asarray(positions, jnp.int32), view, cache)
         cache = out.cache
         yield np.asarray(out.logits), n, text, cache, views, offsets
 
@@ -84,7 +85,7 @@ def test_one_layer_views_equal_a_plain_forward_over_the_contiguous_text(workers)
     for logits, n, text, _, views, _ in _steps(model, workers, seed=workers):
         for w in range(workers):
             contiguous = np.concatenate([text[b] for b in views[w]]).astype(np.int32)
-            plain = np.asarray(model(jnp.asarray(contiguous)[None]).logits[0])
+            plain = np.asarray(forward(model, jnp.asarray(contiguous)[None]).logits[0])
             np.testing.assert_allclose(logits[w, :n[w]], plain[-n[w]:], atol=2e-5, rtol=1e-4)
 
 
@@ -119,7 +120,8 @@ def test_views_equal_a_key_rotated_contiguous_cache(workers):
             total = int(ref_cache.segment_ids.shape[1])
             new = jnp.asarray(text[views[w][-1]][-n[w]:], jnp.int32)[None]
             start = total - int(n[w])
-            out = model(new, jnp.arange(start, total)[None], MaskSpec(kind="causal", q_offset=start), ref_cache)
+            causal = MaskSpec(kind="causal", q_offset=start)
+            out = forward(model, new, jnp.arange(start, total)[None], causal, ref_cache)
             np.testing.assert_allclose(logits[w, :n[w]], np.asarray(out.logits[0]), atol=2e-5, rtol=1e-4)
 
 

@@ -15,6 +15,7 @@ import jaxdllm
 from jaxdllm import CheckpointError, ConfigError, ModelConfig
 from jaxdllm.checkpoint import config_from_hf
 from jaxdllm.models.families.xlnet import XLNetConfig, XLNetLM
+from support.forward import call
 from support.hf_models import make_hf_xlnet
 from support.optional import torch, transformers
 
@@ -74,7 +75,7 @@ def test_two_stream_equals_transformers_under_order_masks(pair):
     assert got.shape == (B, targets.shape[1], VOCAB) and got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, rtol=1e-4)
     # the call the trainer makes gives the same logits
-    out = ours(jnp.asarray(ids, jnp.int32), perm_mask=jnp.asarray(perm), target_positions=jnp.asarray(targets))
+    out = call(ours, jnp.asarray(ids, jnp.int32), perm_mask=jnp.asarray(perm), target_positions=jnp.asarray(targets))
     np.testing.assert_allclose(np.asarray(out.logits), want, atol=1e-4, rtol=1e-4)
 
 
@@ -84,14 +85,14 @@ def test_segment_term_and_content_stream_equal_transformers(pair):
     perm, targets = _order_masks(4, visible=(3, 5, 1), pad=(0, 2, 0))
     types = np.random.default_rng(5).integers(0, 2, (B, L))
     want = _torch_logits(theirs, ids, perm, targets, token_type_ids=torch.tensor(types))
-    got = ours.two_stream(jnp.asarray(ids, jnp.int32), jnp.asarray(perm), jnp.asarray(targets),
-                          token_type_ids=jnp.asarray(types, jnp.int32))
+    got = call(ours, jnp.asarray(ids, jnp.int32), jnp.asarray(perm), jnp.asarray(targets),
+               token_type_ids=jnp.asarray(types, jnp.int32), method="two_stream")
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, rtol=1e-4)
     # no target_mapping: transformers returns the content stream at every position (here: scanned layers)
     with torch.no_grad():
         content = theirs(torch.tensor(ids), perm_mask=torch.tensor(perm, dtype=torch.float32)).logits.numpy()
     scanned = jaxdllm.from_pretrained(path, scan_layers=True)
-    out = scanned(jnp.asarray(ids, jnp.int32), perm_mask=jnp.asarray(perm)).logits
+    out = call(scanned, jnp.asarray(ids, jnp.int32), perm_mask=jnp.asarray(perm)).logits
     np.testing.assert_allclose(np.asarray(out), content, atol=1e-4, rtol=1e-4)
 
 
@@ -107,7 +108,7 @@ def test_export_reads_back_in_jaxdllm_and_transformers(pair, tmp_path):
     perm, targets = _order_masks(7, visible=(2, 6, 0), pad=(1, 0, 0))
     want = _torch_logits(theirs, ids, perm, targets)
     np.testing.assert_allclose(_torch_logits(back, ids, perm, targets), want, atol=1e-5)
-    got = again.two_stream(jnp.asarray(ids, jnp.int32), jnp.asarray(perm), jnp.asarray(targets))
+    got = call(again, jnp.asarray(ids, jnp.int32), jnp.asarray(perm), jnp.asarray(targets), method="two_stream")
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, rtol=1e-4)
 
 
