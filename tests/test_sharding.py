@@ -9,6 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxdllm
 from jaxdllm import sharding
+from support.forward import forward
 from support.hf_models import make_hf_model
 
 pytestmark = pytest.mark.mesh
@@ -49,9 +50,8 @@ def test_loaded_parameters_carry_named_shardings_and_logits_match(ckpt):
 
     ids = jnp.asarray(np.random.RandomState(0).randint(0, 128, (4, 10)))
     ids_sharded = jax.device_put(ids, NamedSharding(mesh, P(("data", "fsdp"), None)))
-    forward = nnx.jit(lambda m, x: m(x).logits)
-    ref = np.asarray(forward(single, ids))
-    got = forward(sharded, ids_sharded)
+    ref = np.asarray(forward(single, ids).logits)
+    got = forward(sharded, ids_sharded).logits
     np.testing.assert_allclose(np.asarray(got), ref, atol=1e-5, rtol=0)
 
 
@@ -62,8 +62,8 @@ def test_indivisible_axes_are_replicated(tmp_path):
     assert model.layers[0].attn.q.kernel[...].sharding.spec == P("fsdp", None, None)
     assert model.embed[...].sharding.spec == P(None, "fsdp")
     ids = jnp.asarray(np.random.RandomState(0).randint(0, 61, (2, 6)))
-    ref = np.asarray(nnx.jit(lambda m, x: m(x).logits)(jaxdllm.from_pretrained(tmp_path), ids))
-    np.testing.assert_allclose(np.asarray(nnx.jit(lambda m, x: m(x).logits)(model, ids)), ref, atol=1e-5, rtol=0)
+    ref = np.asarray(forward(jaxdllm.from_pretrained(tmp_path), ids).logits)
+    np.testing.assert_allclose(np.asarray(forward(model, ids).logits), ref, atol=1e-5, rtol=0)
 
 
 def test_orbax_restores_into_a_mesh(ckpt, tmp_path):

@@ -121,7 +121,7 @@ def test_bad_structure_is_refused():
 @nnx.jit  # eager calls dispatch op by op, a compile each on CPU; the mask is built inside
 def _multiverse_forward(model, ids):
     mask, positions = multiverse_attention(ids, IDS)
-    return model(ids, positions, mask).logits
+    return model(ids, positions, mask).logits, positions
 
 
 def test_paths_of_the_shipped_model_are_independent():
@@ -135,8 +135,8 @@ def test_paths_of_the_shipped_model_are_independent():
             "<Path>1:rev:413 rot:134</Path><Path>2:rev:025 rot:250</Path><Conclusion>12</Conclusion></Parallel>")
     tokens = split_tokens(text, TAGS)
     ids = np.array([encode(text)])
-    _, positions = multiverse_attention(jnp.asarray(ids), IDS)
-    full = np.asarray(_multiverse_forward(model, jnp.asarray(ids)))[0]
+    full, positions = _multiverse_forward(model, jnp.asarray(ids))
+    full = np.asarray(full)[0]
     start1 = tokens.index("<Path>")
     start2 = start1 + tokens[start1:].index("</Path>") + 1
     end2 = start2 + tokens[start2:].index("</Path>") + 1
