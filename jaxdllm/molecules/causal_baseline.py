@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from jaxdllm.decoding import SamplerConfig
+from jaxdllm.molecules.bracket_safe import check_format, from_format, read_safe_format
 from jaxdllm.molecules.design import Samples
 from jaxdllm.molecules.safe_text import safe_to_smiles
 
@@ -25,25 +26,30 @@ from jaxdllm.molecules.safe_text import safe_to_smiles
 @dataclasses.dataclass
 class CausalDesigner:
     """A causal model over SAFE strings. `max_tokens`: the longest molecule it may write (SAFE tokens
-    plus `[SEP]`); `batch_size`: rows per compiled call."""
+    plus `[SEP]`); `batch_size`: rows per compiled call; `safe_format`: `"safe"` or `"bracket"` (GenMol V2's
+    attachments, `jaxdllm.molecules.bracket_safe`)."""
 
     model: object
     tokenizer: object
     max_tokens: int = 68
     batch_size: int = 64
+    safe_format: str = "safe"
 
     def __post_init__(self):
         from jaxdllm.decoding.sampler import Sampler
 
+        check_format(self.safe_format)
         self.sampler = Sampler(self.model)
 
     @classmethod
     def load(cls, path: str | Path, **options) -> "CausalDesigner":
-        """A checkpoint folder or shipped name."""
+        """A checkpoint folder or shipped name (its `safe_format.json` gives the text format)."""
         import jaxdllm
+        from jaxdllm.shipped import checkpoint_dir
 
         pretrained = jaxdllm.load(path)
         options.setdefault("max_tokens", pretrained.model.config.max_position - 4)
+        options.setdefault("safe_format", read_safe_format(checkpoint_dir(path)))
         return cls(pretrained.model, pretrained.tokenizer, **options)
 
     def denovo(self, n: int, *, temperature: float = 1.0, seed: int = 0) -> Samples:
@@ -59,7 +65,8 @@ class CausalDesigner:
             out = self.sampler(ids, config, np.ones_like(ids), key=jax.random.fold_in(key, start))
             texts += self.tokenizer.answers(out)[:rows]
             nfe += [int(x) for x in np.asarray(out.nfe)[:rows]]
-        return Samples([safe_to_smiles(t) for t in texts], texts, nfe)
+        smiles = [safe_to_smiles(from_format(t, self.safe_format)) for t in texts]
+        return Samples(smiles, texts, nfe, self.safe_format)
 
 
 __all__ = ["CausalDesigner"]

@@ -14,6 +14,10 @@ published V1 constants, `genmol-*`), the result is decoded back through SAFE (fr
 dropped, attachment digits fixed, the longest component kept), and fragment tasks keep only molecules
 that contain the fragment (its attachment points removed), the published `filter_by_substructure`.
 
+A model trained on GenMol V2's bracket SAFE (`jaxdllm.molecules.bracket_safe`: attachments written `<k>`)
+gets its prompts in that form and its samples converted back before decoding; its folder says so in
+`safe_format.json` (the data preparation and GenMol's checkpoint converter write it; absent: plain SAFE).
+
 Linker design is the published two-step variant (each fragment grown alone, then joined through the
 linkers cut from what grew) or, on request, the one-step one (both fragments in one prompt); superstructure
 generation adds up to three attachment points to a fragment that has none (`list_individual_attach_points`
@@ -36,6 +40,7 @@ from jaxdllm.decoding import SamplerConfig
 from jaxdllm.decoding.genmol_canvas import genmol_canvas, genmol_generate, sample_lengths
 from jaxdllm.decoding.policies.genmol import TASK_MIN_ADD_LEN
 from jaxdllm.errors import InputError
+from jaxdllm.molecules.bracket_safe import check_format, from_format, read_safe_format, to_format
 from jaxdllm.molecules.safe_text import SafeEncodeError, decode_with_dummies, safe_to_smiles, smiles_to_safe
 from jaxdllm.molecules.moses import LENGTHS_FILE, read_length_histogram
 
@@ -66,13 +71,19 @@ class Samples:
     Attributes:
       smiles: a canonical SMILES per sample; None where the sample does not decode or (fragment
         tasks) does not contain the fragment.
-      safe: the decoded SAFE strings, as the model wrote them.
+      safe: the decoded texts, as the model wrote them (bracket SAFE for a bracket-SAFE model).
       nfe: each sample's forwards (two per step with context guidance).
+      safe_format: the format of `safe` (`jaxdllm.molecules.bracket_safe`).
     """
 
     smiles: list[str | None]
     safe: list[str]
     nfe: list[int]
+    safe_format: str = "safe"
+
+    def plain_safe(self) -> list[str]:
+        """`safe` as plain SAFE strings (bracket attachments renumbered as ring-closure labels)."""
+        return [from_format(t, self.safe_format) for t in self.safe]
 
     def valid(self) -> list[str]:
         """The SMILES that decoded (and passed the fragment filter)."""
@@ -89,21 +100,25 @@ class Designer:
       lengths: `(token lengths [K], probabilities [K])` of the training SAFE strings without [CLS]/[SEP]
         (`jaxdllm.molecules.moses.read_length_histogram`).
       batch_size: canvases decoded per compiled call.
+      safe_format: how the model writes attachments: `"safe"` (GenMol V1) or `"bracket"` (V2's `<k>`).
     """
 
     model: object
     tokenizer: object
     lengths: tuple[np.ndarray, np.ndarray]
     batch_size: int = 64
+    safe_format: str = "safe"
 
     def __post_init__(self):
         from jaxdllm.decoding.sampler import Sampler
 
+        check_format(self.safe_format)
         self.sampler = Sampler(self.model)  # one compiled loop per preset and canvas shape, kept across calls
 
     @classmethod
     def load(cls, path: str | Path, *, lengths: str | Path | None = None, batch_size: int = 64) -> "Designer":
-        """A checkpoint folder or shipped name; its `lengths.json` (or `lengths`) gives the length distribution."""
+        """A checkpoint folder or shipped name; its `lengths.json` (or `lengths`) gives the length distribution,
+        its `safe_format.json` the text format (plain SAFE when absent)."""
         import jaxdllm
         from jaxdllm.shipped import checkpoint_dir
 
@@ -112,7 +127,8 @@ class Designer:
         if not file.is_file():
             raise InputError(f"{file} is missing: GenMol draws each sample's length from the training set's "
                              "(pass lengths= a lengths.json written by `python -m jaxdllm.molecules.moses`)")
-        return cls(pretrained.model, pretrained.tokenizer, read_length_histogram(file), batch_size)
+        return cls(pretrained.model, pretrained.tokenizer, read_length_histogram(file), batch_size,
+                   read_safe_format(checkpoint_dir(path)))
 
     @functools.cached_property
     def _length_pool(self) -> np.ndarray:
@@ -133,6 +149,16 @@ class Designer:
         return np.pad(rows, ((0, 0), (0, width - rows.shape[1])), constant_values=fill)
 
     # -- the shared engine --------------------------------------------------------------------------------
+    def encode(self, smiles: str, slicer: str | None = "brics") -> str:
+        """`smiles` (fragments with `[*]` attachment points allowed) as this model's text: canonical SAFE,
+        in bracket form for a bracket-SAFE model. Raises `SafeEncodeError` when SAFE cannot write it."""
+        return to_format(smiles_to_safe(smiles, slicer=slicer), self.safe_format)
+
+    def decode(self, text: str) -> str | None:
+        """One generated text -> canonical SMILES (GenMol's decoding: broken fragments dropped, attachment
+        digits fixed, the longest component kept), or None when nothing decodes."""
+        return safe_to_smiles(from_format(text, self.safe_format))
+
     def _ids(self, name: str) -> int:
         return self.tokenizer.token_to_id(self.tokenizer.special_tokens[name])
 
@@ -177,10 +203,10 @@ class Designer:
         rng = np.random.default_rng(seed)
         masks = [self._lengths(p, task, 1, rng, min_add_len)[0] for p in prompts]
         texts, nfe = self.sample_safe(prompts, masks, preset or TASK_PRESETS[task], seed, **settings)
-        smiles = [safe_to_smiles(t) for t in texts]
+        smiles = [self.decode(t) for t in texts]
         if core is not None:
             smiles = [s if contains(s, core) else None for s in smiles]
-        return Samples(smiles, texts, nfe)
+        return Samples(smiles, texts, nfe, self.safe_format)
 
     # -- the tasks -----------------------------------------------------------------------------------------
     def denovo(self, n: int, *, seed: int = 0, min_add_len: int | None = None, preset: str | None = None,
@@ -193,7 +219,7 @@ class Designer:
             raise InputError(f"fragment {fragment!r} has no attachment point: write one as [*] (or use "
                              "superstructure for a fragment to grow anywhere)")
         try:
-            return smiles_to_safe(fragment, slicer=slicer) + "."
+            return self.encode(fragment, slicer=slicer) + "."
         except SafeEncodeError as error:
             raise InputError(str(error)) from None
 
@@ -226,10 +252,10 @@ class Designer:
         if one_step:
             return self._run([prompt] * n, "linker", seed, None, None, core, **settings)
         halves = prompt[:-1].split(".")  # each fragment's SAFE string, its attachment digit open
-        head, tail = (decode_with_dummies(h) for h in halves)
+        head, tail = (decode_with_dummies(from_format(h, self.safe_format)) for h in halves)
         grown = self._run([h + "." for h in halves for _ in range(n)], "linker", seed, None, None, None, **settings)
         linked = [s for s in link_through_grown(grown.smiles, head, tail, n) if contains(s, core)]
-        return Samples(linked + [None] * (n - len(linked)), grown.safe, grown.nfe)
+        return Samples(linked + [None] * (n - len(linked)), grown.safe, grown.nfe, self.safe_format)
 
     def superstructure(self, fragment: str, n: int, *, seed: int = 0, **settings) -> Samples:
         """Molecules that contain `fragment` (no attachment points): each sample gets attachment points

@@ -11,8 +11,14 @@ SMILES as SAFE (BRICS cuts, stereo ignored, uncuttable molecules kept whole: Gen
   lengths.json                              the histogram of the training SAFE strings' token lengths (no
                                             [CLS]/[SEP]): the distribution GenMol's sampler draws lengths from
   stats.json                                counts, failures, the wheel's name and sha256, the licence
+  safe_format.json                          how the strings write attachments (`jaxdllm.molecules.bracket_safe`)
+
+GenMol V2's data (`--format bracket --views K`): attachments written `<k>`, and each training molecule
+written as K random views (atoms and fragments shuffled; GenMol V2 draws a fresh view per epoch, so K views
+stand in for K epochs). Validation and test stay canonical.
 
     python -m jaxdllm.molecules.moses --out data/moses_safe --train 200000 --valid 5000 --test 5000
+    python -m jaxdllm.molecules.moses --out data/moses_bracket --format bracket --views 4
 """
 
 from __future__ import annotations
@@ -80,24 +86,38 @@ def read_moses(wheel: str | Path, split: str = "train") -> list[str]:
     return [row[column] for row in rows if row]
 
 
-def _encode_one(smiles: str) -> str | None:
+def _encode_one(job: tuple[str, str, int | None]) -> str | None:
+    """`(SMILES, safe_format, seed)` -> its string: canonical when `seed` is None, else the random view `seed`."""
+    from jaxdllm.molecules.bracket_safe import to_format
     from jaxdllm.molecules.safe_text import SafeEncodeError, smiles_to_safe
 
+    smiles, safe_format, seed = job
     try:
-        return smiles_to_safe(smiles)
+        return to_format(smiles_to_safe(smiles, randomize=seed is not None, seed=seed), safe_format)
     except SafeEncodeError:
         return None
 
 
-def encode_all(smiles: Sequence[str], workers: int = 1) -> tuple[list[tuple[str, str]], list[str]]:
-    """`(pairs (SMILES, SAFE) in input order, the SMILES that failed)`; `workers` processes."""
+def encode_all(smiles: Sequence[str], workers: int = 1, *, safe_format: str = "safe", views: int = 0,
+               seed: int = 0) -> tuple[list[tuple[str, str]], list[str]]:
+    """`(pairs (SMILES, SAFE) in input order, the SMILES that failed)`; `workers` processes.
+    `safe_format`: `"safe"` or `"bracket"`; `views`: 0 writes each molecule once, canonical; K > 0 writes
+    K random views of each (seeded by `seed`, the molecule's index and the view), one pair per view."""
+    from jaxdllm.molecules.bracket_safe import check_format
+
+    check_format(safe_format)
+    if views:
+        jobs = [(s, safe_format, (seed * len(smiles) + i) * views + v) for i, s in enumerate(smiles)
+                for v in range(views)]
+    else:
+        jobs = [(s, safe_format, None) for s in smiles]
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            encoded = pool.map(_encode_one, smiles, chunksize=512)
+            encoded = pool.map(_encode_one, jobs, chunksize=512)
     else:
-        encoded = [_encode_one(s) for s in smiles]
-    pairs = [(s, e) for s, e in zip(smiles, encoded) if e is not None]
-    failed = [s for s, e in zip(smiles, encoded) if e is None]
+        encoded = [_encode_one(j) for j in jobs]
+    pairs = [(job[0], e) for job, e in zip(jobs, encoded) if e is not None]
+    failed = sorted({job[0] for job, e in zip(jobs, encoded) if e is None}, key=list(smiles).index)
     return pairs, failed
 
 
@@ -134,7 +154,8 @@ def read_length_histogram(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000, test: int = 5_000,
-            seed: int = 0, workers: int = 1, cache_dir: str | Path | None = None) -> dict:
+            seed: int = 0, workers: int = 1, cache_dir: str | Path | None = None, safe_format: str = "safe",
+            views: int = 0) -> dict:
     """Write the data folder described in the module docstring; returns its `stats.json` dict.
 
     Args:
@@ -143,7 +164,10 @@ def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000,
         takes all the rest. test: the first molecules of a `seed` permutation of MOSES test.
       workers: encoding processes.
       cache_dir: where the wheel is kept (default `out/.wheel`).
+      safe_format: `"safe"` (GenMol V1's strings) or `"bracket"` (V2's: attachments as `<k>`).
+      views: 0: each training molecule once, canonical; K > 0: K random views of each (V2's training data).
     """
+    from jaxdllm.molecules.bracket_safe import write_safe_format
     from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer, split_safe
 
     out = Path(out)
@@ -159,9 +183,10 @@ def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000,
     out.mkdir(parents=True, exist_ok=True)
     stats = {"source": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "licence": LICENCE,
              "encoding": "safe-mol SAFEConverter(slicer='brics', ignore_stereo=True).encoder(allow_empty=True)",
-             "seed": seed, "splits": {}}
+             "safe_format": safe_format, "training_views": views, "seed": seed, "splits": {}}
     for name, smiles in (("train", train_smiles), ("valid", valid_smiles), ("test", test_smiles)):
-        pairs, failed = encode_all(smiles, workers)
+        pairs, failed = encode_all(smiles, workers, safe_format=safe_format, views=views if name == "train" else 0,
+                                   seed=seed)
         write_pairs(out / f"{name}.tsv.gz", pairs)
         stats["splits"][name] = {"molecules": len(smiles), "encoded": len(pairs), "failed": len(failed),
                                  "failed_examples": failed[:5]}
@@ -172,6 +197,7 @@ def prepare(out: str | Path, *, train: int | None = 200_000, valid: int = 5_000,
             write_length_histogram(out / LENGTHS_FILE, lengths)
             stats["vocab_size"] = tokenizer.vocab_size
             stats["length"] = {"mean": float(np.mean(lengths)), "min": int(min(lengths)), "max": int(max(lengths))}
+    write_safe_format(out, safe_format)
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
 
@@ -185,9 +211,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=max(1, (multiprocessing.cpu_count() or 1)))
     parser.add_argument("--cache-dir", default=None, help="where the molsets wheel is kept")
+    parser.add_argument("--format", default="safe", choices=("safe", "bracket"),
+                        help="bracket: GenMol V2's strings, attachments written <k>")
+    parser.add_argument("--views", type=int, default=0,
+                        help="random views per training molecule (0: one canonical string each)")
     args = parser.parse_args(argv)
     stats = prepare(args.out, train=args.train or None, valid=args.valid, test=args.test, seed=args.seed,
-                    workers=args.workers, cache_dir=args.cache_dir)
+                    workers=args.workers, cache_dir=args.cache_dir, safe_format=args.format, views=args.views)
     print(json.dumps({k: v for k, v in stats.items() if k != "sha256"}, indent=2))
 
 

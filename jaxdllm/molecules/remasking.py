@@ -36,7 +36,7 @@ from jaxdllm.decoding.genmol_canvas import genmol_generate
 from jaxdllm.molecules.design import Designer
 from jaxdllm.molecules.fragments import attach, cut, fragment_vocabulary, heavy_atoms
 from jaxdllm.molecules.oracles import OracleBudget, top_k_auc
-from jaxdllm.molecules.safe_text import SafeEncodeError, safe_to_smiles, smiles_to_safe
+from jaxdllm.molecules.safe_text import SafeEncodeError
 
 # The heavy-atom range a candidate must fall in (GenMol's PMO settings); other oracles take DEFAULT_RANGE.
 HEAVY_ATOM_RANGES = {name: (10, 30) for name in ("albuterol_similarity", "isomers_c7h8n2o2", "isomers_c9h10n2o2pf2cl",
@@ -92,8 +92,8 @@ def _mask_row(designer: Designer, safe: str, rng: np.random.Generator, config: R
     return row + [eos]
 
 
-def _grow_prompt(smiles: str, rng: np.random.Generator) -> str | None:
-    """A SAFE prompt that grows `smiles` at one random atom that carries a hydrogen (`[*]` there, then `.`)."""
+def _grow_prompt(designer: Designer, smiles: str, rng: np.random.Generator) -> str | None:
+    """A prompt in the model's SAFE format that grows `smiles` at one random atom that carries a hydrogen (`[*]` there, then `.`)."""
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None
@@ -105,7 +105,7 @@ def _grow_prompt(smiles: str, rng: np.random.Generator) -> str | None:
     editable.AddBond(int(rng.choice(atoms)), dummy, Chem.BondType.SINGLE)
     try:
         Chem.SanitizeMol(editable)
-        return smiles_to_safe(Chem.MolToSmiles(editable), slicer="brics") + "."
+        return designer.encode(Chem.MolToSmiles(editable), slicer="brics") + "."
     except (SafeEncodeError, Exception):
         return None
 
@@ -120,13 +120,13 @@ def modify(designer: Designer, molecules: Sequence[str], rng: np.random.Generato
     rows: list[list[int] | None] = []
     for smiles in molecules:
         try:
-            safe = smiles_to_safe(smiles, slicer="hr")
+            safe = designer.encode(smiles, slicer="hr")
         except SafeEncodeError:
             rows.append(None)
             continue
         row = _mask_row(designer, safe, rng, config)
         if row is None:
-            prompt = _grow_prompt(smiles, rng)
+            prompt = _grow_prompt(designer, smiles, rng)
             count = int(rng.integers(config.min_masks, config.max_masks + 1))
             row = None if prompt is None else [bos, *tok.encode(prompt, add_special_tokens=False), *[mask] * count, eos]
         rows.append(row)
@@ -144,7 +144,7 @@ def modify(designer: Designer, molecules: Sequence[str], rng: np.random.Generato
     out = genmol_generate(designer.sampler, ids, (ids != pad).astype(np.int32),
                           SamplerConfig.preset(config.preset, prompt_bucket=4), key=jax.random.key(seed))
     texts = iter(tok.decode(row.tolist()) for row in np.asarray(out.tokens)[:len(live)])
-    return [None if r is None else safe_to_smiles(next(texts)) for r in rows]
+    return [None if r is None else designer.decode(next(texts)) for r in rows]
 
 
 def fragment_remasking(designer: Designer, oracle: Callable[[str], float], oracle_name: str, budget: int,

@@ -31,8 +31,8 @@ def _converter(slicer: str | None, ignore_stereo: bool) -> safe.SAFEConverter:
 
 
 def smiles_to_safe(smiles: str, *, slicer: str | None = "brics", ignore_stereo: bool = True,
-                   allow_empty: bool = True) -> str:
-    """One SMILES as a SAFE string (canonical fragment order).
+                   allow_empty: bool = True, randomize: bool = False, seed: int | None = None) -> str:
+    """One SMILES as a SAFE string (canonical fragment order, or one random view).
 
     Args:
       smiles: the molecule.
@@ -41,6 +41,8 @@ def smiles_to_safe(smiles: str, *, slicer: str | None = "brics", ignore_stereo: 
         `"A.B"` with `[*]` attachment points, as GenMol's linker prompts are written).
       ignore_stereo: drop stereo marks first (GenMol's preprocessing does).
       allow_empty: a molecule with no bond to cut stays one fragment instead of failing.
+      randomize: write a random view instead of the canonical string: atoms and fragments in a random
+        order (`seed`), the same molecule (GenMol V2's training views).
 
     Raises:
       SafeEncodeError: RDKit cannot parse it, or SAFE cannot write it.
@@ -48,7 +50,8 @@ def smiles_to_safe(smiles: str, *, slicer: str | None = "brics", ignore_stereo: 
     if not smiles or Chem.MolFromSmiles(smiles) is None:
         raise SafeEncodeError(f"not a valid SMILES: {smiles!r}")
     try:
-        return _converter(slicer, ignore_stereo).encoder(smiles, allow_empty=allow_empty)
+        return _converter(slicer, ignore_stereo).encoder(smiles, allow_empty=allow_empty, canonical=not randomize,
+                                                          randomize=randomize, seed=seed)
     except Exception as error:  # safe raises several classes (fragmentation, encoding, RDKit)
         raise SafeEncodeError(f"SAFE cannot encode {smiles!r}: {error}") from error
 

@@ -20,8 +20,10 @@ from tokenizers import decoders, models, pre_tokenizers, processors
 
 from jaxdllm.tokenizer import Tokenizer
 
-# SAFE's splitter (safe-mol 0.2.1's, with its `%(NNN)` ring numbers).
-SAFE_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|\*|\$"
+# SAFE's splitter (safe-mol 0.2.1's, with its `%(NNN)` ring numbers), and `<` for GenMol V2's bracket SAFE
+# (`jaxdllm.molecules.bracket_safe`: an attachment `<1>` is the three tokens `<`, `1`, `>`, as GenMol's
+# tokenizer with its two added tokens splits it).
+SAFE_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|<|\*|\$"
                 r"|\%\([0-9]{1,5}\)|\%[0-9]{2}|[0-9])")
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # ids 0..4, GenMol's
 TOKENIZER_CONFIG = {"unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]", "pad_token": "[PAD]",
@@ -36,7 +38,8 @@ def split_safe(text: str) -> list[str]:
 
 
 def unpaired_digits(text: str) -> list[str]:
-    """The ring or attachment labels (`1`, `%12`, `%(123)`) that `text` writes an odd number of times, sorted.
+    """The ring or attachment labels (`1`, `%12`, `%(123)`) that `text` writes an odd number of times, sorted
+    (bracket SAFE: convert with `bracket_safe.bracket_to_safe` first).
     Each bond needs both of its ends, so a SAFE string with any cannot decode whole: GenMol's decoding
     then drops fragments (a diagnostic of a model's samples; the training strings have none)."""
     counts = collections.Counter(p for p in split_safe(text) if p[0].isdigit() or p[0] == "%")

@@ -180,15 +180,17 @@ class SafeMolecules(DataSource):
         return [Example(prompt="", response=safe, task="molecule") for _, safe in read_pairs(file)]
 
     def files_beside_export(self, data):
-        """The folder's `lengths.json`: GenMol's sampler draws each molecule's length from it
-        (`jaxdllm.molecules.Designer.load` reads it beside the weights)."""
+        """The folder's `lengths.json` (GenMol's sampler draws each molecule's length from it) and
+        `safe_format.json` (how its strings write attachments), which `jaxdllm.molecules.Designer.load`
+        reads beside the weights."""
         from pathlib import Path
 
+        from jaxdllm.molecules.bracket_safe import FORMAT_FILE
         from jaxdllm.molecules.moses import LENGTHS_FILE
 
         path = Path(data.path)
-        lengths = (path if path.is_dir() else path.parent) / LENGTHS_FILE
-        return [lengths] if lengths.is_file() else []
+        folder = path if path.is_dir() else path.parent
+        return [folder / name for name in (LENGTHS_FILE, FORMAT_FILE) if (folder / name).is_file()]
 
 
 DATA_SOURCES: Registry[DataSource] = Registry("[data] source")

@@ -62,7 +62,7 @@ def denovo_row(name: str, run, n: int) -> tuple[dict, list]:
     start = time.perf_counter()
     out = run()
     row = {"model": name, **denovo_metrics(out.smiles, n), "forwards_per_molecule": float(np.mean(out.nfe)),
-           "unpaired_digit_share": float(np.mean([bool(unpaired_digits(t)) for t in out.safe])),
+           "unpaired_digit_share": float(np.mean([bool(unpaired_digits(t)) for t in out.plain_safe()])),
            "seconds_with_compilation": time.perf_counter() - start}
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     return row, out.smiles

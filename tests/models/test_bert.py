@@ -18,6 +18,7 @@ from jaxdllm.checkpoint import config_from_hf
 from jaxdllm.models.families import family_of
 from jaxdllm.models.families.bert import GENMOL_IDS, BertConfig, BertLM
 from jaxdllm.models.families.bert.genmol_checkpoint import convert_genmol_checkpoint, main
+from jaxdllm.molecules.bracket_safe import read_safe_format
 from support.forward import forward
 from support.optional import torch, transformers
 
@@ -129,15 +130,16 @@ class ConfigNode:
         return self._values[key]
 
 
-def _lightning_checkpoint(path, model):
+def _lightning_checkpoint(path, model, **training):
     """What GenMol's trainer saves for `model` as its backbone: `state_dict` under `backbone.` (with the
-    position_ids buffer), the config's `model:` block, an EMA whose shadow params are the parameters
-    perturbed, in `parameters()` order. Returns the shadow params."""
+    position_ids buffer), the config's `model:` block and `training:` block (`training` adds to it; V2 sets
+    `use_bracket_safe`), an EMA whose shadow params are the parameters perturbed, in `parameters()` order.
+    Returns the shadow params."""
     state = {"backbone." + k: v.clone() for k, v in model.state_dict().items()}
     state["backbone.bert.embeddings.position_ids"] = torch.arange(HF_KW["max_position_embeddings"])[None]
     gen = torch.Generator().manual_seed(7)
     shadow = [p.detach().clone() + 0.05 * torch.randn(p.shape, generator=gen) for p in model.parameters()]
-    config = ConfigNode({"model": ConfigNode(dict(HF_KW)), "training": ConfigNode({"ema": 0.9999})})
+    config = ConfigNode({"model": ConfigNode(dict(HF_KW)), "training": ConfigNode({"ema": 0.9999, **training})})
     torch.save({"state_dict": state, "epoch": 0, "global_step": 10, "optimizer_states": [],
                 "hyper_parameters": {"config": config},
                 "ema": {"decay": 0.9999, "num_updates": 10, "shadow_params": shadow}}, path)
@@ -157,6 +159,7 @@ def test_genmol_lightning_checkpoint_converts_with_and_without_ema(tmp_path):
         out = convert_genmol_checkpoint(tmp_path / "model.ckpt", tmp_path / f"out-{use_ema}", use_ema=use_ema)
         raw = json.loads((out / "config.json").read_text())
         assert raw["genmol_checkpoint"]["ema"] is use_ema
+        assert read_safe_format(out) == "safe"  # V1 writes plain SAFE
         model = jaxdllm.from_pretrained(out)
         assert (model.config.mask_token_id, model.config.bos_token_id, model.config.eos_token_id,
                 model.config.pad_token_id) == (4, 1, 2, 3)
@@ -164,6 +167,25 @@ def test_genmol_lightning_checkpoint_converts_with_and_without_ema(tmp_path):
                                    atol=1e-5, rtol=1e-5)
     # the EMA weights differ from the trained ones (the two conversions are not the same model)
     assert not np.allclose(_torch_logits(ema, ids, mask), _torch_logits(trained, ids, mask), atol=1e-3)
+
+
+def test_a_genmol_v2_checkpoint_converts_as_a_bracket_safe_model(tmp_path):
+    """V2 (`training.use_bracket_safe: true`) samples `<k>` attachments: the folder records it, and a
+    designer loaded from it writes its prompts and reads its samples in that form."""
+    _lightning_checkpoint(tmp_path / "model_v2.ckpt", _hf_bert(seed=3), use_bracket_safe=True)
+    out = convert_genmol_checkpoint(tmp_path / "model_v2.ckpt", tmp_path / "v2")
+    assert read_safe_format(out) == "bracket"
+    pytest.importorskip("rdkit")
+    pytest.importorskip("safe")
+    from jaxdllm.molecules.design import Designer
+    from jaxdllm.molecules.moses import write_length_histogram
+    from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer
+
+    save_safe_tokenizer(build_safe_tokenizer(["c1<1>ccc(Cl)cc1.C<1>"]), out)
+    write_length_histogram(out / "lengths.json", [8, 10])
+    designer = Designer.load(out)
+    assert designer.safe_format == "bracket" and designer._fragment_prompt("[*]c1ccc(Cl)cc1") == "c1<1>ccc(Cl)cc1."
+    assert designer.decode("c1<1>ccc(Cl)cc1.C<1>") == "Cc1ccc(Cl)cc1"
 
 
 def test_genmol_converter_errors_and_command(tmp_path):

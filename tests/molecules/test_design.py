@@ -43,12 +43,13 @@ class _Fixed:
         max_position = 72
 
 
-def _designer(lengths=(np.array([20, 30]), np.array([0.5, 0.5]))):
+def _designer(lengths=(np.array([20, 30]), np.array([0.5, 0.5])), safe_format="safe"):
     tok = build_safe_tokenizer([smiles_to_safe(s) for s in ("CC(=O)Nc1ccc(O)cc1", "O=C(O)c1ccccc1OC(C)=O",
                                                              "CCOC(=O)c1cncn1C1CCCc2ccccc21", "c1ccncc1Cl")]
-                               + ["123456789"])  # every ring digit
+                               + ["123456789", "<>"])  # every ring digit, bracket SAFE's attachment marks
     designer = Designer.__new__(Designer)  # no sampler: these checks build canvases only
     designer.model, designer.tokenizer, designer.lengths, designer.batch_size = _Fixed, tok, lengths, 8
+    designer.safe_format = safe_format
     return designer
 
 
@@ -114,7 +115,7 @@ def test_remasking_replaces_one_fragment_and_grows_short_molecules():
     removed = collections.Counter(safe.split(".")) - collections.Counter(f for f in kept if f)
     assert sum(removed.values()) == 1  # every other fragment kept as it was
     assert _mask_row(d, safe, rng, RemaskingConfig(short_tokens=len(safe) + 1)) is None  # short: grown instead
-    grown = _grow_prompt("CCO", rng)
+    grown = _grow_prompt(d, "CCO", rng)
     from jaxdllm.molecules.safe_text import safe_to_smiles
 
     assert grown.endswith(".") and safe_to_smiles(grown[:-1]) == "CCO"  # one open digit: the new fragment's

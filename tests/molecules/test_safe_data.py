@@ -4,11 +4,7 @@ and the rows the `safe_molecules` source feeds a recipe."""
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import json
-import zipfile
 
 import numpy as np
 import pytest
@@ -17,6 +13,7 @@ pytest.importorskip("rdkit")
 pytest.importorskip("safe")
 
 from rdkit import Chem  # noqa: E402
+from support.molecules import fake_molsets_wheel  # noqa: E402
 
 from jaxdllm.molecules.moses import prepare, read_length_histogram, read_pairs, write_pairs  # noqa: E402
 from jaxdllm.molecules.safe_text import SafeEncodeError, safe_to_smiles, smiles_to_safe  # noqa: E402
@@ -73,19 +70,8 @@ def test_unpaired_digits_names_the_labels_written_an_odd_number_of_times():
     assert safe_to_smiles("c16ccc7cc1.c17ccccc1.C37=O.CC7") is not None  # decodes, fragments dropped
 
 
-def _fake_wheel(path, train, test):
-    path.parent.mkdir(parents=True)
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, rows in (("moses/dataset/data/train.csv.gz", train), ("moses/dataset/data/test.csv.gz", test)):
-            buffer = io.StringIO()
-            writer = csv.writer(buffer)
-            writer.writerow(["SMILES", "SPLIT"])
-            writer.writerows([s, "x"] for s in rows)
-            archive.writestr(member, gzip.compress(buffer.getvalue().encode()))
-
-
 def test_prepare_writes_splits_tokenizer_lengths_and_counts_failures(tmp_path):
-    _fake_wheel(tmp_path / "wheels" / "molsets-0.3.1-py3-none-any.whl", MOSES + ["C1CC(", "not a molecule"], MOSES[:3])
+    fake_molsets_wheel(tmp_path / "wheels" / "molsets-0.3.1-py3-none-any.whl", MOSES + ["C1CC(", "not a molecule"], MOSES[:3])
     stats = prepare(tmp_path / "data", train=None, valid=2, test=2, cache_dir=tmp_path / "wheels")
     s = stats["splits"]
     assert s["valid"]["molecules"] == 2 and s["test"]["encoded"] == 2
@@ -120,9 +106,11 @@ def test_the_data_source_rows_are_cls_safe_sep_then_pad(tmp_path):
     assert np.asarray(batch["target_mask"]).sum() > 0
 
 
-def test_an_exported_molecule_model_carries_the_length_distribution_the_designer_reads(tmp_path):
-    """`jaxdllm train ... --export DIR` on SAFE data writes the data folder's lengths.json beside the
-    weights, so `Designer.load(DIR)` samples lengths as the training set's without a copy by hand."""
+def test_an_exported_molecule_model_carries_the_length_distribution_and_format_the_designer_reads(tmp_path):
+    """`jaxdllm train ... --export DIR` on SAFE data writes the data folder's lengths.json and safe_format.json
+    beside the weights, so `Designer.load(DIR)` samples lengths as the training set's and writes its text
+    format without a copy by hand."""
+    from jaxdllm.molecules.bracket_safe import write_safe_format
     from jaxdllm.molecules.design import Designer
     from jaxdllm.molecules.moses import write_length_histogram
     from jaxdllm.molecules.safe_tokenizer import save_safe_tokenizer
@@ -139,8 +127,10 @@ def test_an_exported_molecule_model_carries_the_length_distribution_the_designer
         "model": {"preset": "tiny-bert", "tokenizer": str(tmp_path / "tokenizer"), "max_position": 72},
         "data": {"source": "safe_molecules", "path": str(tmp_path), "seq_len": 64, "batch_size": 4},
         "objective": {"kind": "mdlm"}, "log": {"progress": False}, "mesh": {"data": 1}})
+    write_safe_format(tmp_path, "bracket")  # what the strings' format is (these are plain; only the file travels)
     out = Trainer(config, mesh=make_mesh(devices=jax.devices()[:1])).export(tmp_path / "model")
     assert (out / "lengths.json").read_text() == (tmp_path / "lengths.json").read_text()
+    assert Designer.load(out).safe_format == "bracket"
     lengths, probabilities = Designer.load(out).lengths
     want, p = read_length_histogram(tmp_path / "lengths.json")
     assert lengths.tolist() == want.tolist() and probabilities.tolist() == p.tolist()

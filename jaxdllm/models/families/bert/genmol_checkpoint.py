@@ -9,6 +9,10 @@ GenMol (NVIDIA, arXiv 2501.06158) publishes its weights as a PyTorch Lightning p
 * `ema`: `{decay, num_updates, shadow_params}`, the parameter EMA GenMol samples with; `shadow_params`
   are tensors in `backbone.parameters()` order (tied parameters once).
 
+GenMol V2 (`training.use_bracket_safe: true` in that config) writes attachments as `<k>` (bracket SAFE); the
+converted folder's `safe_format.json` records which format the model writes, and `jaxdllm.molecules.Designer`
+reads it. V2's tokenizer is V1's with `<` and `>` added (vocabulary 1882).
+
 `convert_genmol_checkpoint` builds a `BertForMaskedLM` from that config (it fixes the order of
 `named_parameters()`), loads the backbone's tensors, puts the EMA weights in their place (default) and
 writes the folder with `save_pretrained` (safetensors, config.json with GenMol's special ids: [MASK] 4,
@@ -34,6 +38,8 @@ PREFIX = "backbone."
 # Buffers a BERT state_dict may carry (non-persistent in recent transformers): no parameter.
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth")
+# What `jaxdllm.molecules.bracket_safe.read_safe_format` reads beside the weights (that layer sits above this one).
+SAFE_FORMAT_FILE = "safe_format.json"
 
 
 def _plain(value):
@@ -64,6 +70,14 @@ def read_genmol_checkpoint(ckpt_path: str | Path) -> dict:
     return ckpt
 
 
+def genmol_safe_format(ckpt: Mapping) -> str:
+    """`"bracket"` when GenMol's config trained on bracket SAFE (`training.use_bracket_safe`, V2), else `"safe"`."""
+    hparams = _plain(ckpt.get("hyper_parameters") or {})
+    config = hparams.get("config", hparams)
+    training = config.get("training") if isinstance(config, dict) else None
+    return "bracket" if isinstance(training, dict) and training.get("use_bracket_safe") else "safe"
+
+
 def genmol_model_config(ckpt: Mapping, where: str = "checkpoint") -> dict:
     """The `model:` block of GenMol's config (`hyper_parameters["config"]["model"]`): `BertConfig` kwargs."""
     hparams = _plain(ckpt.get("hyper_parameters") or {})
@@ -82,7 +96,7 @@ def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use
 
     Args:
       ckpt_path: the Lightning `.ckpt` (see the module notes).
-      out_dir: the folder to write (created): `model.safetensors`, `config.json`.
+      out_dir: the folder to write (created): `model.safetensors`, `config.json`, `safe_format.json`.
       use_ema: the EMA weights (`ema.shadow_params`, what GenMol samples with) replace the trained ones,
         matched to `BertForMaskedLM.named_parameters()` in order; False keeps `state_dict`'s.
       tokenizer_dir: a folder whose tokenizer files (everything but config.json and weight files) are
@@ -136,6 +150,7 @@ def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use
     if use_ema:
         raw["genmol_checkpoint"]["ema_num_updates"] = int(ema.get("num_updates") or 0)
     file.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
+    (out / SAFE_FORMAT_FILE).write_text(json.dumps({"safe_format": genmol_safe_format(ckpt)}) + "\n")
     if tokenizer_dir is not None:
         for f in sorted(Path(tokenizer_dir).iterdir()):
             if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
