@@ -117,7 +117,7 @@ def encode_all(smiles: Sequence[str], workers: int = 1, *, safe_format: str = "s
     else:
         encoded = [_encode_one(j) for j in jobs]
     pairs = [(job[0], e) for job, e in zip(jobs, encoded) if e is not None]
-    failed = sorted({job[0] for job, e in zip(jobs, encoded) if e is None}, key=list(smiles).index)
+    failed = list(dict.fromkeys(job[0] for job, e in zip(jobs, encoded) if e is None))  # in input order, once
     return pairs, failed
 
 

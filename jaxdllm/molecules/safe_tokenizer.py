@@ -20,11 +20,12 @@ from tokenizers import decoders, models, pre_tokenizers, processors
 
 from jaxdllm.tokenizer import Tokenizer
 
-# SAFE's splitter (safe-mol 0.2.1's, with its `%(NNN)` ring numbers), and `<` for GenMol V2's bracket SAFE
-# (`jaxdllm.molecules.bracket_safe`: an attachment `<1>` is the three tokens `<`, `1`, `>`, as GenMol's
-# tokenizer with its two added tokens splits it).
-SAFE_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?|<|\*|\$"
-                r"|\%\([0-9]{1,5}\)|\%[0-9]{2}|[0-9])")
+# SAFE's splitter (safe-mol 0.2.1's, with its `%(NNN)` ring numbers), and GenMol V2's bracket SAFE attachments
+# (`jaxdllm.molecules.bracket_safe`): `<1>` is one piece, as a ring label is, so a bracket string is as many
+# tokens as its plain SAFE string. (GenMol's own V2 tokenizer reads `<1>` as the three tokens `<`, `1`, `>`;
+# its converted checkpoints keep that tokenizer.) A stray `<` is a piece of its own.
+SAFE_PATTERN = (r"(\[[^\]]+]|Br?|Cl?|N|O|S|P|F|I|b|c|n|o|s|p|\(|\)|\.|=|#|-|\+|\\|\/|:|~|@|\?|>>?"
+                r"|<%?[0-9]{1,5}>|<|\*|\$|\%\([0-9]{1,5}\)|\%[0-9]{2}|[0-9])")
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # ids 0..4, GenMol's
 TOKENIZER_CONFIG = {"unk_token": "[UNK]", "bos_token": "[CLS]", "eos_token": "[SEP]", "pad_token": "[PAD]",
                     "mask_token": "[MASK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}

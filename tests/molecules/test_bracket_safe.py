@@ -72,13 +72,15 @@ def _attachments(text):
     return re.findall(r"<%?[0-9]+>", text)
 
 
-def test_the_tokenizer_splits_an_attachment_into_genmols_three_tokens():
+def test_the_tokenizer_reads_an_attachment_as_one_token_as_it_reads_a_ring_label():
     texts = [smiles_to_bracket_safe(s) for s in MOSES]
     tok = build_safe_tokenizer(texts)
-    assert split_safe("C<%12><2>=O") == ["C", "<", "%12", ">", "<", "2", ">", "=", "O"]
-    for text in texts:
+    assert split_safe("C<%12><2>=O") == ["C", "<%12>", "<2>", "=", "O"]
+    assert split_safe("C<.C<2") == ["C", "<", ".", "C", "<", "2"]  # a model's stray bracket
+    for smiles, text in zip(MOSES, texts):
         ids = tok.encode(text, add_special_tokens=False)
         assert tok.decode(ids) == text and len(ids) == len(split_safe(text))
+        assert len(ids) == len(split_safe(smiles_to_safe(smiles)))  # as long as the plain SAFE string
         assert tok.token_to_id("[UNK]") not in ids
 
 
