@@ -17,7 +17,7 @@ from jaxdllm.attention import MaskSpec
 from jaxdllm.checkpoint import config_from_hf
 from jaxdllm.models.families import family_of
 from jaxdllm.models.families.bert import GENMOL_IDS, BertConfig, BertLM
-from jaxdllm.models.families.bert.genmol_checkpoint import convert_genmol_checkpoint, main
+from jaxdllm.models.families.bert.genmol_checkpoint import convert_genmol_checkpoint, main, write_genmol_lengths
 from jaxdllm.molecules.bracket_safe import read_safe_format
 from support.forward import forward
 from support.optional import torch, transformers
@@ -173,17 +173,22 @@ def test_a_genmol_v2_checkpoint_converts_as_a_bracket_safe_model(tmp_path):
     """V2 (`training.use_bracket_safe: true`) samples `<k>` attachments: the folder records it, and a
     designer loaded from it writes its prompts and reads its samples in that form."""
     _lightning_checkpoint(tmp_path / "model_v2.ckpt", _hf_bert(seed=3), use_bracket_safe=True)
-    out = convert_genmol_checkpoint(tmp_path / "model_v2.ckpt", tmp_path / "v2")
+    import pickle
+
+    (tmp_path / "len.pk").write_bytes(pickle.dumps([10, 12, 12, 9]))  # GenMol's lengths count [CLS] and [SEP]
+    out = convert_genmol_checkpoint(tmp_path / "model_v2.ckpt", tmp_path / "v2", lengths_pk=tmp_path / "len.pk")
     assert read_safe_format(out) == "bracket"
     pytest.importorskip("rdkit")
     pytest.importorskip("safe")
     from jaxdllm.molecules.design import Designer
-    from jaxdllm.molecules.moses import write_length_histogram
     from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer
 
     save_safe_tokenizer(build_safe_tokenizer(["c1<1>ccc(Cl)cc1.C<1>"]), out)
-    write_length_histogram(out / "lengths.json", [8, 10])
     designer = Designer.load(out)
+    lengths, probabilities = designer.lengths
+    assert lengths.tolist() == [7, 8, 10] and probabilities.tolist() == [0.25, 0.25, 0.5]
+    # a de novo canvas of a drawn length 12 holds 10 masks between [CLS] and [SEP], as GenMol's _insert_mask puts them
+    assert set(designer._lengths("", "denovo", 40, np.random.default_rng(0), 0)) == {7, 8, 10}
     assert designer.safe_format == "bracket" and designer._fragment_prompt("[*]c1ccc(Cl)cc1") == "c1<1>ccc(Cl)cc1."
     assert designer.decode("c1<1>ccc(Cl)cc1.C<1>") == "Cc1ccc(Cl)cc1"
 
@@ -202,6 +207,9 @@ def test_genmol_converter_errors_and_command(tmp_path):
         convert_genmol_checkpoint(tmp_path / "noema.ckpt", tmp_path / "x")
     with pytest.raises(CheckpointError, match="does not exist"):
         convert_genmol_checkpoint(tmp_path / "absent.ckpt", tmp_path / "x")
+    (tmp_path / "bad.pk").write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match="not GenMol's len.pk"):
+        write_genmol_lengths(tmp_path / "bad.pk", tmp_path / "x")
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{}")
     assert main([str(tmp_path / "noema.ckpt"), str(tmp_path / "cli"), "--no-ema", "--tokenizer",

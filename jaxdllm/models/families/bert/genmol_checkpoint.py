@@ -20,7 +20,11 @@ writes the folder with `save_pretrained` (safetensors, config.json with GenMol's
 False)`): convert only checkpoints you trust. Needs torch and transformers (and omegaconf when the
 checkpoint pickled a `DictConfig`).
 
-    python -m jaxdllm.models.families.bert.genmol_checkpoint model.ckpt genmol-v1 [--no-ema] [--tokenizer DIR]
+GenMol's sampler draws each molecule's length from `data/len.pk` (a pickled list of token counts, [CLS] and
+[SEP] included); `lengths_pk` writes it as the `lengths.json` that `Designer.load` reads beside the weights.
+
+    python -m jaxdllm.models.families.bert.genmol_checkpoint model.ckpt genmol-v1 [--no-ema] [--tokenizer DIR] \
+        [--lengths len.pk]
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ PREFIX = "backbone."
 # Buffers a BERT state_dict may carry (non-persistent in recent transformers): no parameter.
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".ckpt", ".pt", ".pth")
-# What `jaxdllm.molecules.bracket_safe.read_safe_format` reads beside the weights (that layer sits above this one).
+# What `jaxdllm.molecules` reads beside the weights (that layer sits above this one): the text format
+# (`bracket_safe.read_safe_format`) and the length histogram (`moses.read_length_histogram`).
 SAFE_FORMAT_FILE = "safe_format.json"
+LENGTHS_FILE = "lengths.json"
 
 
 def _plain(value):
@@ -90,8 +96,30 @@ def genmol_model_config(ckpt: Mapping, where: str = "checkpoint") -> dict:
     return {k: v for k, v in model.items() if not k.startswith("_")}
 
 
+def write_genmol_lengths(len_pk: str | Path, out_dir: str | Path) -> Path:
+    """GenMol's `len.pk` (a pickled list of SAFE token counts with [CLS] and [SEP]) as `out_dir/lengths.json`:
+    `{"token_lengths": {count without [CLS]/[SEP]: molecules}}`, so a canvas gets GenMol's number of masks.
+    Reading a pickle runs its code: use GenMol's own file."""
+    import collections
+    import pickle
+
+    path = Path(len_pk)
+    try:
+        with open(path, "rb") as f:
+            lengths = pickle.load(f)
+        counts = collections.Counter(int(n) - 2 for n in lengths)
+    except (OSError, pickle.UnpicklingError, TypeError, ValueError, EOFError) as e:
+        raise CheckpointError(f"{path}: not GenMol's len.pk (a pickled list of token counts): {e}") from None
+    if not counts or min(counts) < 1:
+        raise CheckpointError(f"{path}: holds no token counts above 2 ([CLS] and [SEP] alone)")
+    out = Path(out_dir) / LENGTHS_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"token_lengths": {str(k): counts[k] for k in sorted(counts)}}) + "\n")
+    return out
+
+
 def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use_ema: bool = True,
-                              tokenizer_dir: str | Path | None = None) -> Path:
+                              tokenizer_dir: str | Path | None = None, lengths_pk: str | Path | None = None) -> Path:
     """Write GenMol's Lightning checkpoint as a transformers `BertForMaskedLM` folder; returns `out_dir`.
 
     Args:
@@ -101,6 +129,7 @@ def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use
         matched to `BertForMaskedLM.named_parameters()` in order; False keeps `state_dict`'s.
       tokenizer_dir: a folder whose tokenizer files (everything but config.json and weight files) are
         copied in too.
+      lengths_pk: GenMol's `data/len.pk`, written as `lengths.json` (`write_genmol_lengths`).
     """
     import torch
     import transformers
@@ -151,6 +180,8 @@ def convert_genmol_checkpoint(ckpt_path: str | Path, out_dir: str | Path, *, use
         raw["genmol_checkpoint"]["ema_num_updates"] = int(ema.get("num_updates") or 0)
     file.write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
     (out / SAFE_FORMAT_FILE).write_text(json.dumps({"safe_format": genmol_safe_format(ckpt)}) + "\n")
+    if lengths_pk is not None:
+        write_genmol_lengths(lengths_pk, out)
     if tokenizer_dir is not None:
         for f in sorted(Path(tokenizer_dir).iterdir()):
             if f.is_file() and f.name != "config.json" and not f.name.endswith(_WEIGHT_SUFFIXES):
@@ -166,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="the folder to write")
     parser.add_argument("--no-ema", action="store_true", help="keep the trained weights instead of the EMA ones")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder to copy into the output")
+    parser.add_argument("--lengths", default=None, help="GenMol's data/len.pk, written as lengths.json")
     args = parser.parse_args(argv)
     try:
-        out = convert_genmol_checkpoint(args.ckpt, args.out, use_ema=not args.no_ema, tokenizer_dir=args.tokenizer)
+        out = convert_genmol_checkpoint(args.ckpt, args.out, use_ema=not args.no_ema, tokenizer_dir=args.tokenizer,
+                                        lengths_pk=args.lengths)
     except CheckpointError as e:
         parser.exit(2, f"error: {e}\n")
     print(f"wrote {out} ({'EMA' if not args.no_ema else 'trained'} weights)")
