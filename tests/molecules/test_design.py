@@ -170,3 +170,23 @@ def test_the_command_line_prints_smiles_a_chemist_can_read(tmp_path):
     assert "of 8 samples are valid molecules containing the fragment" in done.stderr
     bad = run_cli("molecules", "design", "--task", "motif", "-n", "2", timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "needs --fragment" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_denovo_benchmark_writes_genmols_metrics_with_the_unpaired_share(designer, tmp_path):
+    """`jaxdllm molecules eval`'s de novo half: GenMol's metrics per model, the share of strings with an
+    unpaired label, JSON beside the plots."""
+    import json
+
+    from jaxdllm.molecules.evaluation import evaluate_denovo
+    from jaxdllm.molecules.safe_text import safe_to_smiles
+
+    result = evaluate_denovo(designer, 16, tmp_path, seed=3)
+    row = json.loads((tmp_path / "denovo.json").read_text())["models"]["genmol"]
+    assert row == result["models"]["genmol"] and row["num_samples"] == 16 and row["safe_format"] == "safe"
+    assert 0 <= row["num_quality"] <= row["num_unique"] <= row["num_valid"] <= 16 and row["num_valid"] >= 12
+    samples = designer.denovo(16, seed=3)  # the same draw: each string with an odd label count decodes to a piece
+    odd = [t for t in samples.safe if any(t.count(d) % 2 for d in "123456789")]
+    assert row["unpaired_digit_share"] == len(odd) / 16
+    assert all(safe_to_smiles(t) is not None for t in odd)
+    assert (tmp_path / "denovo.png").is_file() and (tmp_path / "denovo_molecules_genmol.png").is_file()
