@@ -169,24 +169,34 @@ def test_genmol_lightning_checkpoint_converts_with_and_without_ema(tmp_path):
     assert not np.allclose(_torch_logits(ema, ids, mask), _torch_logits(trained, ids, mask), atol=1e-3)
 
 
-def test_a_genmol_v2_checkpoint_converts_as_a_bracket_safe_model(tmp_path):
-    """V2 (`training.use_bracket_safe: true`) samples `<k>` attachments: the folder records it, and a
-    designer loaded from it writes its prompts and reads its samples in that form."""
-    _lightning_checkpoint(tmp_path / "model_v2.ckpt", _hf_bert(seed=3), use_bracket_safe=True)
+@pytest.fixture(scope="module")
+def genmol_v2_folder(tmp_path_factory):
+    """A GenMol V2-style checkpoint (`training.use_bracket_safe: true`) with its len.pk, converted."""
     import pickle
 
-    (tmp_path / "len.pk").write_bytes(pickle.dumps([10, 12, 12, 9]))  # GenMol's lengths count [CLS] and [SEP]
-    out = convert_genmol_checkpoint(tmp_path / "model_v2.ckpt", tmp_path / "v2", lengths_pk=tmp_path / "len.pk")
-    assert read_safe_format(out) == "bracket"
+    tmp = tmp_path_factory.mktemp("genmol-v2")
+    _lightning_checkpoint(tmp / "model_v2.ckpt", _hf_bert(seed=3), use_bracket_safe=True)
+    (tmp / "len.pk").write_bytes(pickle.dumps([10, 12, 12, 9]))  # GenMol's lengths count [CLS] and [SEP]
+    return convert_genmol_checkpoint(tmp / "model_v2.ckpt", tmp / "v2", lengths_pk=tmp / "len.pk")
+
+
+def test_a_genmol_v2_checkpoint_converts_with_its_format_and_lengths(genmol_v2_folder):
+    """V2 samples `<k>` attachments: the folder records it; len.pk becomes lengths.json without [CLS]/[SEP]."""
+    assert read_safe_format(genmol_v2_folder) == "bracket"
+    table = json.loads((genmol_v2_folder / "lengths.json").read_text())
+    assert table == {"token_lengths": {"7": 1, "8": 1, "10": 2}}
+
+
+def test_a_converted_v2_model_designs_in_bracket_safe(genmol_v2_folder):
+    """A designer loaded from the folder writes its prompts and reads its samples as V2 does, and puts
+    GenMol's number of masks on a canvas."""
     pytest.importorskip("rdkit")
     pytest.importorskip("safe")
     from jaxdllm.molecules.design import Designer
     from jaxdllm.molecules.safe_tokenizer import build_safe_tokenizer, save_safe_tokenizer
 
-    save_safe_tokenizer(build_safe_tokenizer(["c1<1>ccc(Cl)cc1.C<1>"]), out)
-    designer = Designer.load(out)
-    lengths, probabilities = designer.lengths
-    assert lengths.tolist() == [7, 8, 10] and probabilities.tolist() == [0.25, 0.25, 0.5]
+    save_safe_tokenizer(build_safe_tokenizer(["c1<1>ccc(Cl)cc1.C<1>"]), genmol_v2_folder)
+    designer = Designer.load(genmol_v2_folder)
     # a de novo canvas of a drawn length 12 holds 10 masks between [CLS] and [SEP], as GenMol's _insert_mask puts them
     assert set(designer._lengths("", "denovo", 40, np.random.default_rng(0), 0)) == {7, 8, 10}
     assert designer.safe_format == "bracket" and designer._fragment_prompt("[*]c1ccc(Cl)cc1") == "c1<1>ccc(Cl)cc1."
