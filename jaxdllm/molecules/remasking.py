@@ -93,7 +93,8 @@ def _mask_row(designer: Designer, safe: str, rng: np.random.Generator, config: R
 
 
 def _grow_prompt(designer: Designer, smiles: str, rng: np.random.Generator) -> str | None:
-    """A prompt in the model's SAFE format that grows `smiles` at one random atom that carries a hydrogen (`[*]` there, then `.`)."""
+    """A prompt in the model's SAFE format that grows `smiles` at one random atom that carries a hydrogen
+    (`[*]` there, then `.`)."""
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None

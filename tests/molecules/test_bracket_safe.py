@@ -109,6 +109,21 @@ def test_a_bracket_designer_writes_its_prompts_and_reads_its_samples_in_brackets
                                              for s in samples.valid())
 
 
+def test_remasking_writes_its_canvases_in_the_models_format():
+    from test_design import _designer
+
+    from jaxdllm.molecules.remasking import RemaskingConfig, _grow_prompt, _mask_row
+
+    d = _designer(safe_format="bracket")
+    grown = _grow_prompt(d, "CCO", np.random.default_rng(1))
+    assert grown.endswith(".") and "<1>" in grown and d.decode(grown[:-1]) == "CCO"  # the open point is <1>
+    text = d.encode("CCOC(=O)c1cncn1C1CCCc2ccccc21", slicer="hr")
+    assert "<" in text and d.decode(text) == canonical("CCOC(=O)c1cncn1C1CCCc2ccccc21")
+    row = _mask_row(d, text, np.random.default_rng(0), RemaskingConfig(short_tokens=5))
+    kept = [f for f in d.tokenizer.decode(row).split(".") if f]
+    assert len(kept) == len(text.split(".")) - 1 and all(f in text.split(".") for f in kept)
+
+
 def test_the_format_file_is_read_written_and_checked(tmp_path):
     assert read_safe_format(tmp_path) == "safe"  # no file: GenMol V1's plain SAFE
     write_safe_format(tmp_path, "bracket")

@@ -46,7 +46,7 @@ class _Fixed:
 def _designer(lengths=(np.array([20, 30]), np.array([0.5, 0.5])), safe_format="safe"):
     tok = build_safe_tokenizer([smiles_to_safe(s) for s in ("CC(=O)Nc1ccc(O)cc1", "O=C(O)c1ccccc1OC(C)=O",
                                                              "CCOC(=O)c1cncn1C1CCCc2ccccc21", "c1ccncc1Cl")]
-                               + ["123456789", "<1><2><3>"])  # every ring digit, bracket SAFE attachments
+                               + ["123456789", "<1><2><3><4><5><6>"])  # every ring digit, bracket SAFE attachments
     designer = Designer.__new__(Designer)  # no sampler: these checks build canvases only
     designer.model, designer.tokenizer, designer.lengths, designer.batch_size = _Fixed, tok, lengths, 8
     designer.safe_format = safe_format
