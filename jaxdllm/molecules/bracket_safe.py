@@ -6,7 +6,7 @@ from a ring bond. Bracket SAFE writes each attachment as `<k>` (k from 1, `<%10>
 `BracketSAFEConverter` writes it) and leaves ring closures as they are:
 
     SAFE           c12ccc3cc1.C3(C)C(=O)O.CC(C)C2      (ibuprofen: 1 a ring, 2 and 3 attachments)
-    bracket SAFE   c1ccc<1>cc1<2>.C<1>(C)C(=O)O.CC(C)C<2>
+    bracket SAFE   c1<1>ccc<2>cc1.C<2>(C)C(=O)O.CC(C)C<1>
 
 Inside one fragment a ring label is written an even number of times (its bond opens and closes there);
 an attachment label once (its other end is in another fragment, or nowhere for a prompt's open point).
@@ -21,16 +21,17 @@ GenMol V2 trains on a fresh random view of each molecule per epoch (atoms and fr
 from __future__ import annotations
 
 import collections
+import json
 import re
+from pathlib import Path
 
 from jaxdllm.errors import InputError
+from jaxdllm.molecules.safe_tokenizer import is_label, split_safe
 
 SAFE_FORMATS = ("safe", "bracket")  # how a model's training strings write attachments
 FORMAT_FILE = "safe_format.json"  # beside a model (and in a data folder): {"safe_format": "bracket"}
 
-_LABEL = re.compile(r"%\([0-9]{1,5}\)|%[0-9]{2}|[0-9]")
 _ATTACHMENT = re.compile(r"<(%?[0-9]+)>")
-_BRACKET_ATOM = re.compile(r"\[[^\]]*\]")
 
 
 def check_format(safe_format: str) -> str:
@@ -52,42 +53,19 @@ def _ring_label_text(value: int) -> str:
     return str(value) if value < 10 else f"%{value}" if value < 100 else f"%({value})"
 
 
-def _pieces(fragment: str) -> list[tuple[str, bool]]:
-    """`fragment` cut into `(text, is_label)` pieces: bracket atoms (`[13CH3]`) are never labels."""
-    pieces, at = [], 0
-    for atom in _BRACKET_ATOM.finditer(fragment):
-        pieces += _split_labels(fragment[at:atom.start()])
-        pieces.append((atom.group(0), False))
-        at = atom.end()
-    return pieces + _split_labels(fragment[at:])
-
-
-def _split_labels(text: str) -> list[tuple[str, bool]]:
-    pieces, at = [], 0
-    for label in _LABEL.finditer(text):
-        if label.start() > at:
-            pieces.append((text[at:label.start()], False))
-        pieces.append((label.group(0), True))
-        at = label.end()
-    return pieces + ([(text[at:], False)] if at < len(text) else [])
-
-
 def safe_to_bracket(safe_string: str) -> str:
     """A SAFE string (or a SAFE prompt with open attachment points) in bracket SAFE: the labels written an
     odd number of times inside a fragment become `<k>`, numbered from 1 in order of first appearance."""
-    fragments = [_pieces(f) for f in safe_string.split(".")]
+    if "".join(split_safe(safe_string)) != safe_string:
+        raise InputError(f"not a SAFE string (SAFE's splitter does not read all of it): {safe_string!r}")
     numbers: dict[str, int] = {}
     out = []
-    for pieces in fragments:
-        counts = collections.Counter(text for text, is_label in pieces if is_label)
-        written = []
-        for text, is_label in pieces:
-            if is_label and counts[text] % 2:
-                k = numbers.setdefault(text, len(numbers) + 1)
-                written.append(_attachment_text(k))
-            else:
-                written.append(text)
-        out.append("".join(written))
+    for fragment in safe_string.split("."):
+        pieces = split_safe(fragment)
+        counts = collections.Counter(p for p in pieces if is_label(p))
+        odd = [is_label(p) and counts[p] % 2 for p in pieces]
+        out.append("".join(_attachment_text(numbers.setdefault(p, len(numbers) + 1)) if attach else p
+                           for p, attach in zip(pieces, odd)))
     return ".".join(out)
 
 
@@ -95,8 +73,7 @@ def bracket_to_safe(text: str) -> str:
     """A bracket SAFE string (a model's sample) as plain SAFE (GenMol's `bracketsafe2safe`): `<k>` becomes the
     label max(ring labels) + k. Malformed brackets are left as they are (that fragment then fails to decode
     and GenMol's decoding drops it)."""
-    outside = _BRACKET_ATOM.sub("", _ATTACHMENT.sub("", text))
-    start = max((_label_value(m.group(0)) for m in _LABEL.finditer(outside)), default=0)
+    start = max((_label_value(p) for p in split_safe(text) if is_label(p)), default=0)  # `<k>` is one piece
     return _ATTACHMENT.sub(lambda m: _ring_label_text(start + _label_value(m.group(1))), text)
 
 
@@ -112,9 +89,6 @@ def smiles_to_bracket_safe(smiles: str, *, slicer: str | None = "brics", randomi
 
 def read_safe_format(folder) -> str:
     """The `safe_format` a model folder's (or data folder's) `FORMAT_FILE` names; `"safe"` when it has none."""
-    import json
-    from pathlib import Path
-
     file = Path(folder) / FORMAT_FILE
     if not file.is_file():
         return "safe"
@@ -126,9 +100,6 @@ def read_safe_format(folder) -> str:
 
 def write_safe_format(folder, safe_format: str):
     """Write `FORMAT_FILE` into `folder` (created); returns its path."""
-    import json
-    from pathlib import Path
-
     file = Path(folder) / FORMAT_FILE
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps({"safe_format": check_format(safe_format)}) + "\n")

@@ -38,12 +38,17 @@ def split_safe(text: str) -> list[str]:
     return re.findall(SAFE_PATTERN, text)
 
 
+def is_label(piece: str) -> bool:
+    """`piece` (one of `split_safe`'s) is a ring or attachment label: `1`, `%12` or `%(123)`."""
+    return piece[0].isdigit() or piece[0] == "%"
+
+
 def unpaired_digits(text: str) -> list[str]:
     """The ring or attachment labels (`1`, `%12`, `%(123)`) that `text` writes an odd number of times, sorted
     (bracket SAFE: convert with `bracket_safe.bracket_to_safe` first).
     Each bond needs both of its ends, so a SAFE string with any cannot decode whole: GenMol's decoding
     then drops fragments (a diagnostic of a model's samples; the training strings have none)."""
-    counts = collections.Counter(p for p in split_safe(text) if p[0].isdigit() or p[0] == "%")
+    counts = collections.Counter(p for p in split_safe(text) if is_label(p))
     return sorted(label for label, count in counts.items() if count % 2)
 
 
@@ -77,4 +82,4 @@ def save_safe_tokenizer(tokenizer: Tokenizer, directory: str | Path, *, model_ma
     return directory
 
 
-__all__ = ["SAFE_PATTERN", "SPECIAL_TOKENS", "build_safe_tokenizer", "save_safe_tokenizer", "split_safe"]
+__all__ = ["SAFE_PATTERN", "SPECIAL_TOKENS", "build_safe_tokenizer", "is_label", "save_safe_tokenizer", "split_safe"]

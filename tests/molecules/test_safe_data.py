@@ -71,7 +71,8 @@ def test_unpaired_digits_names_the_labels_written_an_odd_number_of_times():
 
 
 def test_prepare_writes_splits_tokenizer_lengths_and_counts_failures(tmp_path):
-    fake_molsets_wheel(tmp_path / "wheels" / "molsets-0.3.1-py3-none-any.whl", MOSES + ["C1CC(", "not a molecule"], MOSES[:3])
+    fake_molsets_wheel(tmp_path / "wheels" / "molsets-0.3.1-py3-none-any.whl", MOSES + ["C1CC(", "not a molecule"],
+                       MOSES[:3])
     stats = prepare(tmp_path / "data", train=None, valid=2, test=2, cache_dir=tmp_path / "wheels")
     s = stats["splits"]
     assert s["valid"]["molecules"] == 2 and s["test"]["encoded"] == 2

@@ -76,18 +76,22 @@ def read_genmol_checkpoint(ckpt_path: str | Path) -> dict:
     return ckpt
 
 
+def _genmol_config(ckpt: Mapping):
+    """GenMol's config (`configs/base.yaml`) as plain dicts: `hyper_parameters["config"]`, or the hyperparameters."""
+    hparams = _plain(ckpt.get("hyper_parameters") or {})
+    return hparams.get("config", hparams)
+
+
 def genmol_safe_format(ckpt: Mapping) -> str:
     """`"bracket"` when GenMol's config trained on bracket SAFE (`training.use_bracket_safe`, V2), else `"safe"`."""
-    hparams = _plain(ckpt.get("hyper_parameters") or {})
-    config = hparams.get("config", hparams)
+    config = _genmol_config(ckpt)
     training = config.get("training") if isinstance(config, dict) else None
     return "bracket" if isinstance(training, dict) and training.get("use_bracket_safe") else "safe"
 
 
 def genmol_model_config(ckpt: Mapping, where: str = "checkpoint") -> dict:
     """The `model:` block of GenMol's config (`hyper_parameters["config"]["model"]`): `BertConfig` kwargs."""
-    hparams = _plain(ckpt.get("hyper_parameters") or {})
-    config = hparams.get("config", hparams)
+    config = _genmol_config(ckpt)
     model = config.get("model") if isinstance(config, dict) else None
     if not isinstance(model, dict) or "hidden_size" not in model:
         found = sorted(config) if isinstance(config, dict) else config
